@@ -1,0 +1,74 @@
+"""What a research item sees: its plan parameters, seeds, output folder and budget."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prereg import seeds
+
+
+class BudgetExceeded(RuntimeError):
+    """The stage's wall-time budget ran out; the stage ends incomplete, outputs kept."""
+
+
+class SeedNamespaceMissing(RuntimeError):
+    pass
+
+
+@dataclass
+class ItemContext:
+    """Handed to an experiment by the ``research`` fixture.
+
+    Every seed drawn through :meth:`seed` (or the generator helpers) is recorded with its
+    derivation string, and :meth:`coords` records the cell's coordinates; both go into the
+    item's manifest record.
+    """
+
+    stage: str
+    run_id: str
+    plan: dict
+    outputs: Path
+    seed_namespace: str | None
+    deadline: float | None  # wall-clock (time.time()) deadline when the budget is enforced
+    record: dict = field(default_factory=dict)
+
+    @property
+    def parameters(self) -> dict:
+        """The stage's own parameters from the plan."""
+        return self.plan["stages"][self.stage]["parameters"]
+
+    @property
+    def shared(self) -> dict:
+        """The plan's parameters shared between stages."""
+        return self.plan.get("parameters", {})
+
+    def coords(self, **coordinates: object) -> None:
+        self.record.setdefault("coords", {}).update(coordinates)
+
+    def seed(self, *coords: object) -> int:
+        if self.seed_namespace is None:
+            raise SeedNamespaceMissing(
+                f"stage {self.stage} has no seed_namespace in its plan but asked for a seed"
+            )
+        value = seeds.seed(self.seed_namespace, *coords)
+        derivations = self.record.setdefault("seeds", [])
+        text = seeds.derivation(self.seed_namespace, *coords)
+        if text not in derivations:
+            derivations.append(text)
+        return value
+
+    def numpy_generator(self, *coords: object):
+        self.seed(*coords)
+        return seeds.numpy_generator(self.seed_namespace, *coords)
+
+    def torch_generator(self, *coords: object):
+        self.seed(*coords)
+        return seeds.torch_generator(self.seed_namespace, *coords)
+
+    def check_budget(self) -> None:
+        if self.deadline is not None and time.time() > self.deadline:
+            raise BudgetExceeded(
+                f"stage {self.stage} passed its wall-time budget; run {self.run_id} ends incomplete"
+            )

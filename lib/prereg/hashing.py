@@ -1,0 +1,59 @@
+"""SHA-256 of files and canonical JSON, and deterministic JSON writing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, two-space indent, no NaN, trailing newline: the same value, the same bytes."""
+    return json.dumps(value, sort_keys=True, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Write canonical JSON atomically (temporary file, then rename): a crash leaves the old file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(canonical_json(value), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path, *, what: str) -> Any:
+    """Read a JSON file; a missing or malformed file is a ValueError naming it and ``what`` it is."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what} {path} does not exist") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
+
+
+def file_entries(root: Path, *, exclude: frozenset[str] = frozenset()) -> list[dict]:
+    """Every regular file below ``root``: relative POSIX path, SHA-256 and size, sorted by path."""
+    entries = []
+    for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        if rel in exclude or path.name.startswith(".") and path.name.endswith(".tmp"):
+            continue
+        entries.append({"path": rel, "sha256": sha256_file(path), "bytes": path.stat().st_size})
+    return entries

@@ -1,0 +1,89 @@
+"""Frozen plans: load, validate, hash.
+
+A plan is a JSON file. Its generic part (validated here) names the plan, pins the
+environment and declares the stages; each stage names its *kind* (see
+:mod:`prereg.stages`), which validates the stage's ``parameters`` and the plan's shared
+``parameters``. The plan's hash is the SHA-256 of the file's bytes: the approval binds
+exactly the bytes that were reviewed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prereg.hashing import read_json, sha256_file
+from prereg.schema import ANY, MapOf, Optional, validate
+
+ENVIRONMENT_PINS = {
+    "python": str,
+    "numpy": str,
+    "torch": str,
+    "scipy": str,
+    "platform": str,
+    "cpu_threads": int,
+}
+
+STAGE_SCHEMA = {
+    "kind": str,  # a registered stage kind (entry point group prereg.stage_kinds)
+    "module": str,  # the experiment module, relative to the repository root
+    "description": Optional(str),
+    "budget_seconds": float,  # wall-time budget of the whole stage
+    "budget_enforced": bool,  # True: items past the budget fail, the stage is incomplete
+    "requires": [str],  # stages whose complete, clean run this one consumes
+    "seed_namespace": Optional(str),  # absent for stages that draw no random numbers
+    "single_attempt": bool,  # True: one approval ever for this stage (no retry)
+    "threads_per_worker": int,  # torch / BLAS / OpenMP threads in each test process
+    "inputs": [str],  # names of inputs the approval must bind (prereg approve --input)
+    "parameters": ANY,  # validated by the stage kind
+}
+
+PLAN_SCHEMA = {
+    "plan_id": str,
+    "protocol": str,
+    "description": Optional(str),
+    "environment_pins": ENVIRONMENT_PINS,
+    "parameters": Optional(ANY),  # shared by several stages; validated by their kinds
+    "stages": MapOf(STAGE_SCHEMA),
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    path: Path
+    sha256: str
+    data: dict
+
+    @property
+    def plan_id(self) -> str:
+        return self.data["plan_id"]
+
+    @property
+    def stages(self) -> dict[str, dict]:
+        return self.data["stages"]
+
+    def stage(self, name: str) -> dict:
+        try:
+            return self.stages[name]
+        except KeyError:
+            raise KeyError(
+                f"{self.path} has no stage {name!r}; its stages: {sorted(self.stages)}"
+            ) from None
+
+    def shared(self) -> dict:
+        return self.data.get("parameters", {})
+
+
+def load_plan(path: Path, *, validate_kinds: bool = True) -> Plan:
+    """Read and validate a plan file; errors name the file and the field's path."""
+    path = Path(path)
+    data: Any = read_json(path, what="plan")
+    validate(data, PLAN_SCHEMA, source=str(path))
+    plan = Plan(path=path, sha256=sha256_file(path), data=data)
+    if validate_kinds:
+        from prereg.stages import load_kind
+
+        for name, stage in plan.stages.items():
+            load_kind(stage["kind"]).validate(plan, name)
+    return plan

@@ -1,0 +1,403 @@
+"""pytest glue: ``--research-stage``, deselection, the gate and the run manifest.
+
+Software runs (no ``--research-stage``) never collect the research folders and
+deselect any item marked ``research_stage``. A research run resolves its approval,
+passes the gate on the controller in ``pytest_sessionstart`` (before xdist starts
+workers, and before any item), runs exactly the stage's items and writes the manifest
+from the controller. See README.md, "For researchers".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pytest
+
+from prereg import approval as approvals
+from prereg import manifest, provenance
+from prereg.context import BudgetExceeded, ItemContext
+from prereg.hashing import file_entries, read_json, sha256_file
+from prereg.plans import Plan, load_plan
+from prereg.runs import ITEMS_DIR, START_RECORD, run_dir
+
+STAGE_OPTION = "--research-stage"
+RUN_ID_OPTION = "--run-id"
+PROPERTY = "prereg"
+PARTIAL_SELECTION_OPTIONS = ("keyword", "markexpr", "deselect", "lf", "stepwise")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The run a process belongs to; sent to xdist workers as plain data."""
+
+    root: str
+    stage: str | None = None
+    run_id: str | None = None
+    approval_path: str | None = None
+    plan_path: str | None = None
+    plan_sha256: str | None = None
+    module: str | None = None
+    threads: int = 1
+    seed_namespace: str | None = None
+    deadline: float | None = None
+    gate_passed: bool = False
+
+    @property
+    def research(self) -> bool:
+        return self.stage is not None
+
+
+SETTINGS = pytest.StashKey[Settings]()
+ITEM_RECORD = pytest.StashKey[dict]()
+PEAK_RESET = pytest.StashKey[bool]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("prereg", "preregistered research stages")
+    group.addoption(
+        STAGE_OPTION, dest="research_stage", default=None, metavar="NAME",
+        help="run the items of one research stage, behind its committed approval record",
+    )
+    group.addoption(
+        RUN_ID_OPTION, dest="prereg_run_id", default=None, metavar="RUN_ID",
+        help="the approved run id to use (default: the stage's only unspent approval)",
+    )
+    parser.addini("prereg_plans", type="linelist", help="plan files whose stages are known")
+    parser.addini("prereg_research_paths", type="linelist", help="folders holding research stages")
+
+
+def known_stages(root: Path, config: pytest.Config) -> dict[str, str]:
+    stages: dict[str, str] = {}
+    for rel in config.getini("prereg_plans"):
+        plan = load_plan(root / rel, validate_kinds=False)
+        for name in plan.stages:
+            stages[name] = rel
+    return stages
+
+
+def stage_plan(config: pytest.Config) -> Plan:
+    """The approved plan of this research run (for ``pytest_generate_tests`` in experiments)."""
+    settings = config.stash[SETTINGS]
+    if not settings.research:
+        raise RuntimeError("stage_plan() is only available in a research run")
+    return load_plan(Path(settings.root) / settings.plan_path, validate_kinds=False)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "software: a software check, what CI runs")
+    config.addinivalue_line("markers", "research_stage(name): an item of a research stage")
+    root = Path(config.rootpath)
+    if hasattr(config, "workerinput"):
+        data = config.workerinput.get(PROPERTY)
+        settings = Settings(**data) if data else Settings(root=str(root))
+    elif config.option.research_stage is None:
+        settings = Settings(root=str(root))
+    else:
+        settings = _resolve_research_run(config, root)
+        config.pluginmanager.register(Controller(config, settings), "prereg-controller")
+    config.stash[SETTINGS] = settings
+
+
+def _resolve_research_run(config: pytest.Config, root: Path) -> Settings:
+    stage = config.option.research_stage
+    run_id = config.option.prereg_run_id
+    known = known_stages(root, config)
+    if stage not in known:
+        raise pytest.UsageError(
+            f"unknown research stage {stage!r}; known stages: {', '.join(sorted(known)) or 'none'} "
+            "(from prereg_plans in pytest.ini)"
+        )
+    partial = [o for o in PARTIAL_SELECTION_OPTIONS if getattr(config.option, o, None)]
+    if partial or config.args_source == pytest.Config.ArgsSource.ARGS:
+        raise pytest.UsageError(
+            f"a research stage runs whole: drop {', '.join(partial) or 'the path arguments'} "
+            f"and run `pytest {STAGE_OPTION}={stage}`"
+        )
+    try:
+        record = approvals.find_approval(root, stage, run_id)
+    except (approvals.ApprovalError, ValueError) as err:
+        if run_id is not None:
+            approvals.write_refusal(root, None, stage, run_id, [approvals.Refusal("approval", str(err))])
+        raise pytest.UsageError(f"research stage {stage} refused: {err}") from None
+    plan_path = record.data["plan"]["path"]
+    try:
+        plan = load_plan(root / plan_path, validate_kinds=False)
+        spec = plan.stage(stage)
+    except (ValueError, KeyError, FileNotFoundError) as err:
+        raise pytest.UsageError(f"research stage {stage} refused: {err}") from None
+    threads = spec["threads_per_worker"]
+    provenance.set_thread_environment(threads)  # inherited by xdist workers started later
+    if not config.option.xmlpath:
+        config.option.xmlpath = str(run_dir(root, record.run_id) / "junit.xml")
+    return Settings(
+        root=str(root), stage=stage, run_id=record.run_id, approval_path=str(record.path),
+        plan_path=plan_path, plan_sha256=record.data["plan"]["sha256"], module=spec["module"],
+        threads=threads, seed_namespace=spec.get("seed_namespace"),
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    settings = config.stash.get(SETTINGS, None)
+    if settings is None:
+        return None
+    root = Path(settings.root)
+    research_roots = [root / p for p in config.getini("prereg_research_paths")]
+    if not any(collection_path == r or r in collection_path.parents for r in research_roots):
+        return None
+    if not settings.research:
+        return True  # a software run never collects research stages
+    if collection_path.is_file() and collection_path.suffix == ".py":
+        return collection_path != root / settings.module or None
+    return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    stage = config.stash[SETTINGS].stage
+    keep, drop = [], []
+    for item in items:
+        marker = item.get_closest_marker("research_stage")
+        item_stage = marker.args[0] if marker and marker.args else None
+        (keep if item_stage == stage else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+# -- per item (serial process or xdist worker) --------------------------------------------------
+
+
+def _item_dir_name(item: pytest.Item) -> str:
+    name = item.nodeid.split("::", 1)[-1]
+    return re.sub(r"[^A-Za-z0-9._=+\[\]-]", "_", name)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    settings = item.config.stash[SETTINGS]
+    if settings.research:
+        item.stash[ITEM_RECORD] = {"nodeid": item.nodeid, "output_dir": _item_dir_name(item)}
+        item.stash[PEAK_RESET] = provenance.reset_peak_rss()
+
+
+@pytest.fixture(scope="session")
+def _prereg_plan(request: pytest.FixtureRequest) -> dict:
+    """The plan, re-checked in this process against the approval (the worker-side gate)."""
+    settings = request.config.stash[SETTINGS]
+    if not settings.research:
+        raise RuntimeError("the research fixture is only available under --research-stage")
+    path = Path(settings.root) / settings.plan_path
+    if not settings.gate_passed:
+        raise RuntimeError("this process did not receive a passed gate from the controller")
+    if sha256_file(path) != settings.plan_sha256:
+        raise RuntimeError(f"{path} no longer matches the approved plan; the run is void")
+    return read_json(path, what="plan")
+
+
+@pytest.fixture
+def research(request: pytest.FixtureRequest, _prereg_plan: dict) -> ItemContext:
+    """The item's context: plan parameters, recorded seeds, output folder, budget."""
+    settings = request.config.stash[SETTINGS]
+    record = request.node.stash[ITEM_RECORD]
+    outputs = run_dir(Path(settings.root), settings.run_id) / ITEMS_DIR / record["output_dir"]
+    outputs.mkdir(parents=True, exist_ok=False)
+    context = ItemContext(
+        stage=settings.stage, run_id=settings.run_id, plan=_prereg_plan, outputs=outputs,
+        seed_namespace=settings.seed_namespace, deadline=settings.deadline, record=record,
+    )
+    context.check_budget()
+    record["thread_settings"] = provenance.apply_thread_limits(settings.threads)
+    return context
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    record = item.stash.get(ITEM_RECORD, None)
+    if record is not None and (report.when == "call" or (report.when == "setup" and report.failed)):
+        settings = item.config.stash[SETTINGS]
+        outputs = run_dir(Path(settings.root), settings.run_id) / ITEMS_DIR / record["output_dir"]
+        record["outputs"] = file_entries(outputs) if outputs.exists() else []
+        record["peak_rss_bytes"], record["peak_rss_scope"] = provenance.peak_rss(
+            item.stash.get(PEAK_RESET, False)
+        )
+        if call.excinfo is not None and call.excinfo.errisinstance(BudgetExceeded):
+            record["budget_exceeded"] = True
+        report.user_properties.append((PROPERTY, json.dumps(record, sort_keys=True)))
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if hasattr(config, "workeroutput") and config.stash[SETTINGS].research:
+        config.workeroutput[PROPERTY] = {
+            "packages_imported": provenance.imported_packages(),
+        }
+
+
+# -- the controller ------------------------------------------------------------------------------
+
+
+class Controller:
+    """Runs the gate, spends the run id, gathers item records, writes the manifest."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.root = Path(settings.root)
+        self.run_dir = run_dir(self.root, settings.run_id)
+        self.entries: dict[str, dict] = {}
+        self.expected: list[str] = []
+        self.worker_data: list[dict] = []
+        self.workers = 0
+        self.started = 0.0
+        self.interrupted: str | None = None
+        self.plan: Plan | None = None
+        self.session: pytest.Session | None = None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
+        settings = self.settings
+        record = approvals.load_approval(Path(settings.approval_path))
+        plan, refusals = approvals.check_gate(self.root, record, settings.stage, self.config.option.prereg_run_id)
+        if refusals:
+            where = approvals.write_refusal(self.root, record, settings.stage, record.run_id, refusals)
+            raise pytest.UsageError(
+                f"research stage {settings.stage} refused (run {record.run_id}; the run id is not "
+                f"spent; refusal recorded in {where.relative_to(self.root)}):\n  "
+                + "\n  ".join(str(r) for r in refusals)
+            )
+        from prereg.stages import load_kind
+
+        self.plan = load_plan(self.root / settings.plan_path)  # kind-level validation too
+        self.kind = load_kind(self.plan.stage(settings.stage)["kind"])
+        spec = self.plan.stage(settings.stage)
+        self.started = time.time()
+        self.started_at = manifest.utc_now()
+        manifest.write_start_record(
+            self.run_dir, stage=settings.stage, run_id=record.run_id, approval_path=record.path,
+            plan_sha256=record.data["plan"]["sha256"], started_at=self.started_at, root=self.root,
+        )
+        self.approval = record
+        deadline = self.started + spec["budget_seconds"] if spec["budget_enforced"] else None
+        self.settings = settings = Settings(**{**asdict(settings), "deadline": deadline, "gate_passed": True})
+        self.config.stash[SETTINGS] = settings
+        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput[PROPERTY] = asdict(self.settings)
+        self.workers += 1
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
+        self.expected = list(ids)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        data = getattr(node, "workeroutput", {}).get(PROPERTY)
+        if data:
+            self.worker_data.append(data)
+        if error:
+            self.interrupted = self.interrupted or f"worker {node.gateway.id} went down: {error}"
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.expected = [item.nodeid for item in session.items]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        entry = self.entries.setdefault(report.nodeid, {"nodeid": report.nodeid, "phases": {}, "elapsed_seconds": 0.0})
+        entry["phases"][report.when] = report.outcome
+        entry["elapsed_seconds"] = round(entry["elapsed_seconds"] + report.duration, 6)
+        for name, value in report.user_properties:
+            if name == PROPERTY:
+                entry.update(json.loads(value))
+        if report.failed:
+            entry.setdefault("tracebacks", {})[report.when] = report.longreprtext
+        if report.when in ("teardown", "???"):  # "???": xdist's report for a crashed worker
+            entry["outcome"] = _outcome(entry["phases"])
+            manifest.append_item(self.run_dir, entry)
+        spec = self.plan.stage(self.settings.stage)
+        if spec["budget_enforced"] and time.time() > self.started + spec["budget_seconds"]:
+            self.session.shouldstop = "the stage's wall-time budget is exhausted"
+
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
+        self.interrupted = f"interrupted ({excinfo.typename})"
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if not self.started:
+            return  # refused at the gate: nothing was started
+        elapsed = time.time() - self.started
+        items = []
+        for nodeid in sorted(set(self.expected) | set(self.entries)):
+            entry = self.entries.get(nodeid, {"nodeid": nodeid, "phases": {}})
+            entry["outcome"] = _outcome(entry["phases"])
+            items.append(entry)
+        reasons = []
+        if self.interrupted or exitstatus == pytest.ExitCode.INTERRUPTED:
+            reasons.append(self.interrupted or "interrupted")
+        if isinstance(session.shouldstop, str):
+            reasons.append(f"stopped: {session.shouldstop}")
+        bad = [i["nodeid"] for i in items if i["outcome"] != "passed"]
+        if bad:
+            reasons.append(f"{len(bad)} item(s) did not pass: {', '.join(bad[:5])}")
+        if not items:
+            reasons.append("the stage has no items")
+        if not reasons and self.kind.summarise is not None:
+            try:
+                self.kind.summarise(self.view(items))
+            except Exception:
+                reasons.append("the stage summary failed:\n" + traceback.format_exc())
+        imported = {}
+        for data in self.worker_data or [{"packages_imported": provenance.imported_packages()}]:
+            imported.update(data["packages_imported"])
+        env = manifest.environment(
+            plugins=[name for name, _ in self.config.pluginmanager.list_name_plugin() if name],
+            imported=imported,
+            threads={"threads_per_worker": self.settings.threads,
+                     "per_item": "see items[].thread_settings"},
+        )
+        start = read_json(self.run_dir / START_RECORD, what="start record")
+        data = manifest.build_manifest(
+            run_dir=self.run_dir, start=start, approval=self.approval.data,
+            plan_path=self.settings.plan_path, stage_spec=self.plan.stage(self.settings.stage),
+            items=items, expected=self.expected, reasons=reasons,
+            ended_at=manifest.utc_now(), elapsed=elapsed, env=env, workers=self.workers,
+        )
+        manifest.write_manifest(self.run_dir, data)
+        self.status = data["status"]
+        if reasons and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def view(self, items: list[dict]):
+        from prereg.stages import RunView
+
+        return RunView(root=self.root, run_dir=self.run_dir, plan=self.plan, stage=self.settings.stage, items=tuple(items))
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.started:
+            terminalreporter.write_sep("=", f"prereg: run {self.settings.run_id} {getattr(self, 'status', '?')}")
+            terminalreporter.write_line(f"manifest: {self.run_dir / 'manifest.json'}")
+            terminalreporter.write_line(f"audit it: prereg audit {self.run_dir.relative_to(self.root)}")
+
+
+def _outcome(phases: dict[str, str]) -> str:
+    if not phases:
+        return "not run"
+    if any(v == "failed" for v in phases.values()):
+        return "failed" if phases.get("call") == "failed" else "error"
+    if phases.get("call") == "skipped" or phases.get("setup") == "skipped":
+        return "skipped"
+    return "passed" if phases.get("call") == "passed" and "teardown" in phases else "interrupted"
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")

@@ -1,0 +1,138 @@
+"""What ran and where: environment, thread settings, peak memory.
+
+Peak RSS on Linux is measured per item: writing ``5`` to ``/proc/self/clear_refs``
+resets the process's resident-set high-water mark (``VmHWM``), so ``VmHWM`` read after
+the item is the item's own peak. Where that is impossible (macOS, a kernel that refuses)
+the figure is the process's lifetime high-water mark from ``getrusage`` (``ru_maxrss``:
+KiB on Linux, bytes on macOS), and the record says so in ``peak_rss_scope``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import resource
+import sys
+
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+
+ITEM_SCOPE = "item (VmHWM reset before the item via /proc/self/clear_refs)"
+LIFETIME_SCOPE = "process lifetime high-water mark (getrusage ru_maxrss)"
+
+
+def platform_tag() -> str:
+    """``Linux-x86_64``, ``macOS-arm64``: the form the plan's platform pin uses."""
+    system = {"Darwin": "macOS"}.get(platform.system(), platform.system())
+    return f"{system}-{platform.machine()}"
+
+
+def cpu_threads_available() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def pinned_environment() -> dict:
+    """The environment in the fields a plan pins (``environment_pins``)."""
+    return {
+        "python": platform.python_version(),
+        "numpy": _version("numpy"),
+        "torch": (_version("torch") or "").split("+")[0] or None,
+        "scipy": _version("scipy"),
+        "platform": platform_tag(),
+        "cpu_threads": cpu_threads_available(),
+    }
+
+
+def deviations(pins: dict, actual: dict) -> list[dict]:
+    """Each pinned field whose actual value differs: ``{"field", "pinned", "actual"}``."""
+    return [
+        {"field": field, "pinned": pinned, "actual": actual.get(field)}
+        for field, pinned in sorted(pins.items())
+        if actual.get(field) != pinned
+    ]
+
+
+def imported_packages() -> dict[str, str]:
+    """Distributions whose top-level modules are imported in this process, with versions."""
+    top = {name.split(".")[0] for name in list(sys.modules)}
+    mapping = importlib.metadata.packages_distributions()
+    found: dict[str, str] = {}
+    for module in sorted(top):
+        for dist in mapping.get(module, ()):
+            version = _version(dist)
+            if version:
+                found[dist] = version
+    return found
+
+
+def set_thread_environment(threads: int) -> None:
+    """Set every thread variable; done before worker processes start so they inherit it."""
+    for name in THREAD_VARIABLES:
+        os.environ[name] = str(threads)
+
+
+def apply_thread_limits(threads: int) -> dict:
+    """Limit BLAS/OpenMP (threadpoolctl) and torch in this process; return what is in force."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    threadpool_limits(threads)
+    settings: dict = {
+        "threads_per_process": threads,
+        "environment": {name: os.environ.get(name) for name in THREAD_VARIABLES},
+        "threadpools": sorted(
+            {f"{p['internal_api']}:{p['num_threads']}" for p in threadpool_info()}
+        ),
+    }
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        torch.set_num_threads(threads)
+        if torch.get_num_interop_threads() != threads:
+            try:
+                torch.set_num_interop_threads(threads)
+            except RuntimeError:  # only settable before torch's first parallel work
+                pass
+        settings["torch_threads"] = torch.get_num_threads()
+        settings["torch_interop_threads"] = torch.get_num_interop_threads()
+    return settings
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's RSS high-water mark; False where the OS does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss(reset_done: bool) -> tuple[int, str]:
+    """(bytes, scope) of the peak resident set since the reset, or over the process lifetime."""
+    if reset_done:
+        try:
+            with open("/proc/self/status") as handle:
+                for line in handle:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024, ITEM_SCOPE
+        except OSError:
+            pass
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    factor = 1 if sys.platform == "darwin" else 1024
+    return maxrss * factor, LIFETIME_SCOPE

@@ -1,0 +1,86 @@
+"""Where runs live and what state each is in (``runs/<run-id>/``, git-ignored)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from prereg.hashing import read_json
+
+RUN_ID_PATTERN = re.compile(r"^(?P<stage>[a-z][a-z0-9-]*)-(?P<date>\d{8})-(?P<seq>\d{3})$")
+
+START_RECORD = "start.json"
+MANIFEST = "manifest.json"
+ITEM_LOG = "items.jsonl"
+JUNIT = "junit.xml"
+APPROVAL_COPY = "approval.json"
+ITEMS_DIR = "items"
+SUMMARY_DIR = "summary"
+
+COMPLETE = "complete"
+INCOMPLETE = "incomplete"
+RUNNING_OR_KILLED = "started, no manifest (running, or the controller was killed)"
+
+
+class RunIdError(ValueError):
+    pass
+
+
+def check_run_id(run_id: str, stage: str) -> None:
+    """Run ids have the protocol's form ``<stage>-YYYYMMDD-NNN``."""
+    match = RUN_ID_PATTERN.match(run_id)
+    if not match or match["stage"] != stage:
+        raise RunIdError(
+            f"run id {run_id!r} does not have the form {stage}-YYYYMMDD-NNN "
+            f"(for example {stage}-20261009-001)"
+        )
+
+
+def runs_dir(root: Path) -> Path:
+    return Path(root) / "runs"
+
+
+def run_dir(root: Path, run_id: str) -> Path:
+    return runs_dir(root) / run_id
+
+
+def refusals_dir(root: Path) -> Path:
+    return runs_dir(root) / "refusals"
+
+
+def audits_dir(root: Path) -> Path:
+    return runs_dir(root) / "audits"
+
+
+def has_started(root: Path, run_id: str) -> bool:
+    return (run_dir(root, run_id) / START_RECORD).exists()
+
+
+@dataclass(frozen=True)
+class RunState:
+    run_id: str
+    path: Path
+    stage: str | None
+    status: str
+    manifest: dict | None
+
+
+def run_state(path: Path) -> RunState:
+    manifest_path = path / MANIFEST
+    if manifest_path.exists():
+        manifest = read_json(manifest_path, what="manifest")
+        return RunState(path.name, path, manifest.get("stage"), manifest["status"], manifest)
+    start = read_json(path / START_RECORD, what="start record")
+    return RunState(path.name, path, start.get("stage"), RUNNING_OR_KILLED, None)
+
+
+def all_runs(root: Path) -> list[RunState]:
+    base = runs_dir(root)
+    if not base.exists():
+        return []
+    return [
+        run_state(p)
+        for p in sorted(base.iterdir())
+        if p.is_dir() and (p / START_RECORD).exists()
+    ]
