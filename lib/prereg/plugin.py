@@ -160,12 +160,15 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    stage = config.stash[SETTINGS].stage
+    settings = config.stash[SETTINGS]
+    module = Path(settings.root) / settings.module if settings.research else None
     keep, drop = [], []
     for item in items:
         marker = item.get_closest_marker("research_stage")
         item_stage = marker.args[0] if marker and marker.args else None
-        (keep if item_stage == stage else drop).append(item)
+        # A research item counts only from the module its plan names.
+        selected = item_stage == settings.stage and (module is None or item.path == module)
+        (keep if selected else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -1,0 +1,131 @@
+"""Every refusal of the gate, made real in a temporary git repository."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import make_toy_repo, stage_spec
+
+pytestmark = pytest.mark.software
+
+RUN = "toy-20261130-001"
+USAGE_ERROR = 4
+
+
+def assert_refused(toy, done, condition: str, *phrases: str, spent_before: bool = False) -> None:
+    assert done.returncode == USAGE_ERROR, done.stdout + done.stderr
+    text = done.stdout + done.stderr
+    assert f"[{condition}]" in text, text
+    for phrase in phrases:
+        assert phrase in text, text
+    if not spent_before:
+        assert not (toy.root / "runs" / RUN / "start.json").exists(), "a refusal must not spend the run id"
+    assert any(condition in {x["condition"] for x in r["refusals"]} for r in toy.refusals())
+
+
+def test_a_committed_approval_lets_the_stage_run_and_spends_the_run_id(toy):
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 passed" in done.stdout and "deselected" in done.stdout
+    assert toy.manifest(RUN)["status"] == "complete"
+    again = toy.pytest("--research-stage=toy", f"--run-id={RUN}")
+    assert_refused(toy, again, "run-id-unused", "one approval, one run", spent_before=True)
+
+
+def test_dirty_tree_is_refused(toy):
+    toy.approve("toy", RUN)
+    (toy.root / "notes.txt").write_text("uncommitted")
+    assert_refused(toy, toy.pytest("--research-stage=toy"), "clean-source", "notes.txt")
+    (toy.root / "notes.txt").unlink()
+    assert toy.pytest("--research-stage=toy").returncode == 0, "fixing the cause lets the same approval run"
+
+
+def test_a_commit_beyond_the_approval_record_is_refused(toy):
+    toy.approve("toy", RUN)
+    (toy.root / "experiments" / "helper.py").write_text("X = 1\n")
+    toy.commit("Change the source after approval")
+    assert_refused(toy, toy.pytest("--research-stage=toy"), "clean-source", "experiments/helper.py")
+
+
+def test_an_edited_plan_is_refused(toy):
+    toy.approve("toy", RUN)
+    plan = json.loads((toy.root / "plans" / "TOY_PLAN.json").read_text())
+    plan["stages"]["toy"]["parameters"]["cells"] = 5
+    (toy.root / "plans" / "TOY_PLAN.json").write_text(json.dumps(plan))
+    toy.commit("Edit the plan")
+    assert_refused(toy, toy.pytest("--research-stage=toy"), "plan-hash", "TOY_PLAN.json")
+
+
+def test_an_edited_baseline_file_is_refused(toy):
+    toy.approve("toy", RUN)
+    (toy.root / "plans" / "CONFIG_PROPOSAL.json").write_text('{"historical": false}\n')
+    toy.commit("Rewrite history")
+    assert_refused(toy, toy.pytest("--research-stage=toy"), "baseline", "CONFIG_PROPOSAL.json")
+
+
+def test_an_approval_for_another_stage_is_refused(tmp_path):
+    toy = make_toy_repo(tmp_path / "two", {"toy": stage_spec("toy"), "other": stage_spec("other")})
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=other", f"--run-id={RUN}")
+    assert_refused(toy, done, "stage-and-run-id", "'toy'", "'other'")
+
+
+def test_an_unnamed_environment_deviation_is_refused(toy):
+    toy.approve("toy", RUN)
+    record_path = toy.root / "plans" / "approvals" / f"{RUN}.json"
+    record = json.loads(record_path.read_text())
+    record["deviations"] = [d for d in record["deviations"] if d["field"] != "python"]
+    record_path.write_text(json.dumps(record))
+    toy.commit("Approval without the python deviation")
+    assert_refused(toy, toy.pytest("--research-stage=toy"), "environment", "python")
+
+
+def test_no_approval_and_unknown_stage_are_usage_errors(toy):
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == USAGE_ERROR and "prereg approve --stage toy" in done.stderr
+    done = toy.pytest("--research-stage=nosuch")
+    assert done.returncode == USAGE_ERROR and "known stages: toy" in done.stderr
+
+
+def test_a_research_stage_runs_whole(toy):
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy", "-k", "cell0")
+    assert done.returncode == USAGE_ERROR and "runs whole" in done.stderr
+
+
+def test_approve_refuses_a_dirty_tree_a_bad_run_id_and_undeclared_deviations(toy):
+    (toy.root / "scratch.txt").write_text("x")
+    done = toy.approve("toy", RUN, check=False)
+    assert done.returncode == 2 and "not clean" in done.stderr and "scratch.txt" in done.stderr
+    (toy.root / "scratch.txt").unlink()
+    done = toy.approve("toy", "toy-2026-11-30", check=False)
+    assert done.returncode == 2 and "toy-YYYYMMDD-NNN" in done.stderr
+    import sys
+
+    done = toy.run(sys.executable, "-m", "prereg.cli", "approve", "--stage", "toy", "--run-id", RUN)
+    assert done.returncode == 2 and "--accept-deviations" in done.stderr
+
+
+def test_a_dependent_stage_refuses_until_its_requirement_ran_complete(tmp_path):
+    stages = {"toy": stage_spec("toy", parameters={"cells": 2, "misbehave": {"cell": 1, "how": "raise"}}),
+              "after": stage_spec("after", requires=["toy"])}
+    toy = make_toy_repo(tmp_path / "dep", stages)
+    done = toy.approve("after", "after-20261130-001", check=False)
+    assert done.returncode == 2 and "requires a complete run of toy" in done.stderr
+    toy.approve("toy", RUN)
+    assert toy.pytest("--research-stage=toy").returncode == 1
+    done = toy.approve("after", "after-20261130-001", check=False)
+    assert done.returncode == 2 and "requires a complete run of toy" in done.stderr
+    done = toy.approve("after", "after-20261130-001", f"--use-run=toy={RUN}", check=False)
+    assert done.returncode == 2 and "is incomplete, not complete" in done.stderr
+
+
+def test_software_runs_never_collect_research_items(toy):
+    for args in ([], ["-m", "software"], ["-k", "cell"], ["-m", "research_stage"]):
+        done = toy.pytest("-q", *args)
+        assert "test_cell" not in done.stdout and "stray" not in done.stdout.replace("deselected", "")
+        assert "never runs" not in done.stdout
+    done = toy.pytest("-q", "-m", "software")
+    assert done.returncode == 0 and "1 passed" in done.stdout

@@ -1,0 +1,94 @@
+"""Manifests serially and under xdist, failures and interruption, and the audit's findings."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from conftest import make_toy_repo, stage_spec
+
+pytestmark = pytest.mark.software
+
+
+def result_files(toy, run_id: str) -> dict[str, str]:
+    base = toy.root / "runs" / run_id / "items"
+    return {p.relative_to(base).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(base.rglob("*")) if p.is_file()}
+
+
+def test_serial_and_two_workers_give_identical_results_and_one_manifest(toy):
+    toy.approve("toy", "toy-20261130-001")
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    toy.approve("toy", "toy-20261130-002")
+    done = toy.pytest("--research-stage=toy", "-n", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    serial, parallel = toy.manifest("toy-20261130-001"), toy.manifest("toy-20261130-002")
+    assert result_files(toy, "toy-20261130-001") == result_files(toy, "toy-20261130-002")
+    assert parallel["workers"] == 2 and serial["workers"] == 0
+    assert [i["nodeid"] for i in parallel["items"]] == [i["nodeid"] for i in serial["items"]]
+    for item in parallel["items"]:
+        assert item["outcome"] == "passed"
+        assert item["seeds"] == [f"toy-1.0/cell/{item['coords']['cell']}"]
+        assert item["peak_rss_bytes"] > 0 and "item" in item["peak_rss_scope"]
+        assert item["thread_settings"]["threads_per_process"] == 1
+    assert parallel["status"] == "complete" and parallel["expected_items"] == 4
+    assert {d["field"] for d in parallel["deviations"]} >= {"python", "platform"}
+    assert "numpy" in parallel["environment"]["packages_imported"]
+    for run in ("toy-20261130-001", "toy-20261130-002"):
+        assert toy.audit(run).returncode == 0
+
+
+@pytest.mark.parametrize("how, workers", [("raise", None), ("sigterm", None), ("exit", "2")])
+def test_a_failed_or_interrupted_stage_keeps_partial_outputs_and_is_incomplete(tmp_path, how, workers):
+    spec = stage_spec("toy", parameters={"cells": 4, "misbehave": {"cell": 1, "how": how}})
+    toy = make_toy_repo(tmp_path / how, {"toy": spec})
+    toy.approve("toy", "toy-20261130-001")
+    args = ["--research-stage=toy"] + (["-n", workers] if workers else [])
+    done = toy.pytest(*args)
+    assert done.returncode != 0
+    manifest = toy.manifest("toy-20261130-001")
+    assert manifest["status"] == "incomplete" and manifest["incomplete_reasons"]
+    assert manifest["summary_files"] == []
+    assert (toy.root / "runs" / "toy-20261130-001" / "items" / "test_cell[cell1]" / "partial.txt").exists()
+    failed = next(i for i in manifest["items"] if i["nodeid"].endswith("[cell1]"))
+    assert failed["outcome"] != "passed"
+    if how == "raise":
+        assert "cell failed on purpose" in failed["tracebacks"]["call"]
+        assert "partial.txt" in {o["path"] for o in failed["outputs"]}
+    again = toy.pytest(*args, "--run-id=toy-20261130-001")
+    assert again.returncode == 4 and "run-id-unused" in again.stdout + again.stderr
+
+
+def test_an_enforced_budget_ends_the_stage_incomplete(tmp_path):
+    toy = make_toy_repo(tmp_path / "budget", {"toy": stage_spec("toy", budget_seconds=0, budget_enforced=True)})
+    toy.approve("toy", "toy-20261130-001")
+    assert toy.pytest("--research-stage=toy").returncode != 0
+    manifest = toy.manifest("toy-20261130-001")
+    assert manifest["status"] == "incomplete" and manifest["budget"]["exceeded"]
+    assert any("BudgetExceeded" in t for i in manifest["items"] for t in i.get("tracebacks", {}).values())
+
+
+def test_audit_names_a_flipped_byte_a_deleted_file_and_an_added_file(toy):
+    toy.approve("toy", "toy-20261130-001")
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    items = toy.root / "runs" / "toy-20261130-001" / "items"
+    flipped = items / "test_cell[cell0]" / "result.json"
+    data = bytearray(flipped.read_bytes())
+    data[3] ^= 1
+    flipped.write_bytes(bytes(data))
+    (items / "test_cell[cell1]" / "result.json").unlink()
+    (items / "test_cell[cell2]" / "extra.bin").write_bytes(b"\0")
+    done = toy.audit("toy-20261130-001")
+    assert done.returncode == 1
+    assert "changed file: items/test_cell[cell0]/result.json" in done.stdout
+    assert "missing file: items/test_cell[cell1]/result.json" in done.stdout
+    assert "extra file not in the manifest: items/test_cell[cell2]/extra.bin" in done.stdout
+
+
+def test_audit_checks_the_approval_binding(toy):
+    toy.approve("toy", "toy-20261130-001")
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    copy = toy.root / "runs" / "toy-20261130-001" / "approval.json"
+    copy.write_text(copy.read_text().replace("toy-1.0", "toy-2.0"))
+    done = toy.audit("toy-20261130-001")
+    assert done.returncode == 1 and "approval" in done.stdout
