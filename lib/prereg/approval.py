@@ -375,6 +375,18 @@ def check_gate(root: Path, approval: Approval, stage: str, run_id: str | None) -
                 "a new run id, or check out the approved source",
             ))
 
+    import prereg
+
+    own_copy = root / "lib" / "prereg"
+    in_use = Path(prereg.__file__).resolve().parent
+    if own_copy.is_dir() and in_use != own_copy.resolve():
+        refusals.append(Refusal(
+            "clean-source",
+            f"the prereg package in use is {in_use}, not this checkout's {own_copy}: the approved "
+            "source would not be what runs. Install this checkout (pip install -e .) or set "
+            f"PYTHONPATH={root / 'lib'}",
+        ))
+
     if data["stage"] != stage or (run_id is not None and data["run_id"] != run_id):
         refusals.append(Refusal(
             "stage-and-run-id",

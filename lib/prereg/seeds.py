@@ -30,13 +30,11 @@ def derivation(namespace: str, *coords: object) -> str:
         raise SeedCoordinateError("seed namespace must be a non-empty string")
     parts = [namespace, *(str(c) for c in coords)]
     for part in parts:
-        if _SEPARATOR in part:
+        if _SEPARATOR in part or part == "":
             raise SeedCoordinateError(
-                f"seed coordinate {part!r} contains {_SEPARATOR!r}; "
+                f"seed coordinate {part!r} is empty or contains {_SEPARATOR!r}; "
                 "rename it so the derivation string stays unambiguous"
             )
-        if isinstance(part, str) and part == "" and part is not parts[0]:
-            raise SeedCoordinateError("seed coordinates must be non-empty")
     return _SEPARATOR.join(parts)
 
 

@@ -1,0 +1,99 @@
+"""``prereg demo``: every stage end to end at demo scale, through the real gate.
+
+The committed HEAD is cloned into ``demo-output/<time>/repo``; there each stage is
+approved with its demo plan (``plans/demo/``), the approval committed, the stage run with
+pytest through the gate, and the run audited. The clone's own ``lib/`` is put first on
+``PYTHONPATH`` so the code that runs is the code that was approved.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from prereg import gitrepo
+from prereg.hashing import read_json
+
+
+@dataclass(frozen=True)
+class DemoStep:
+    stage: str
+    plan: str
+    workers: int = 2
+    prepare: Callable[[Path], dict[str, Path]] | None = None  # returns --input NAME=PATH pairs
+    after: Callable[[Path, str], None] | None = field(default=None)  # prints what the stage found
+
+
+def _steps() -> list[DemoStep]:
+    from prereg.demo_steps import STEPS
+
+    return STEPS
+
+
+class DemoFailed(RuntimeError):
+    pass
+
+
+def _run(cmd: list[str], cwd: Path, env: dict, *, quiet: bool = False) -> None:
+    print(f"\n$ {' '.join(cmd)}", flush=True)
+    done = subprocess.run(cmd, cwd=cwd, env=env, text=True,
+                          capture_output=quiet)
+    if done.returncode != 0:
+        if quiet:
+            print(done.stdout, done.stderr, sep="\n")
+        raise DemoFailed(f"{' '.join(cmd[:4])} ... exited {done.returncode}")
+
+
+def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = None) -> int:
+    steps = steps if steps is not None else _steps()
+    if gitrepo.dirty_paths(root):
+        print("prereg demo: note: the demo runs the committed HEAD; uncommitted changes are not included")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = root / "demo-output" / stamp
+    clone = out / "repo"
+    out.mkdir(parents=True)
+    gitrepo.git(root, "clone", "--quiet", str(root), str(clone))
+    gitrepo.git(clone, "config", "user.name", "prereg demo")
+    gitrepo.git(clone, "config", "user.email", "demo@prereg.invalid")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(clone / "lib") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    py = sys.executable
+    day = datetime.now(timezone.utc).strftime("%Y%m%d")
+    print(f"prereg demo: scratch clone {clone}")
+    done_runs = []
+    try:
+        for step in steps:
+            run_id = f"{step.stage}-{day}-001"
+            print(f"\n=== stage {step.stage} (run {run_id}, plan {step.plan}) ===", flush=True)
+            inputs = step.prepare(out) if step.prepare else {}
+            approve = [py, "-m", "prereg.cli", "approve", "--stage", step.stage, "--run-id", run_id,
+                       "--plan", step.plan, "--accept-deviations"]
+            for name, path in inputs.items():
+                approve += ["--input", f"{name}={path}"]
+            _run(approve, clone, env)
+            _run(["git", "add", "plans/approvals"], clone, env, quiet=True)
+            _run(["git", "commit", "-q", "-m", f"Approve {run_id}"], clone, env, quiet=True)
+            pytest_cmd = [py, "-m", "pytest", f"--research-stage={step.stage}", "-p", "no:cacheprovider"]
+            if step.workers > 1:
+                pytest_cmd += ["-n", str(step.workers)]
+            _run(pytest_cmd, clone, env)
+            _run([py, "-m", "prereg.cli", "audit", f"runs/{run_id}"], clone, env)
+            done_runs.append(clone / "runs" / run_id)
+            if step.after:
+                step.after(clone, run_id)
+    except DemoFailed as err:
+        print(f"\nprereg demo: stopped: {err}. Everything written so far is kept in {out}")
+        return 1
+    print("\n=== demo finished: every stage complete and audited clean ===")
+    for run in done_runs:
+        manifest = read_json(run / "manifest.json", what="manifest")
+        print(f"  {manifest['stage']:<22} {manifest['status']:<10} {run / 'manifest.json'}")
+        if (run / "summary").exists():
+            print(f"  {'':<22} {'summary':<10} {run / 'summary'}")
+    return 0
