@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from prereg.arrays import npy_bytes, write_entry
+
 from .laws import (
     HiddenMarkovLaw,
     LawRegistry,
@@ -43,8 +45,6 @@ from .laws import (
 
 DATASET_FORMAT = "prereg-rp002a-datasets-1"
 SPLITS: tuple[str, ...] = ("train", "validation", "assessment")
-_ZIP_DATE_TIME = (1980, 1, 1, 0, 0, 0)
-_COMPRESS_LEVEL = 6  # zlib default: 7x faster than 9 on these arrays, 4% larger
 
 
 class DatasetError(ValueError):
@@ -181,24 +181,6 @@ def _canonical_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def _npy_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.lib.format.write_array(
-        buffer, np.ascontiguousarray(array), version=(1, 0), allow_pickle=False
-    )
-    return buffer.getvalue()
-
-
-def _write_entry(archive: zipfile.ZipFile, name: str, payload: bytes) -> None:
-    info = zipfile.ZipInfo(name, date_time=_ZIP_DATE_TIME)
-    info.compress_type = zipfile.ZIP_DEFLATED
-    info.create_system = 3
-    info.external_attr = 0o100644 << 16
-    archive.writestr(
-        info, payload, compress_type=zipfile.ZIP_DEFLATED, compresslevel=_COMPRESS_LEVEL
-    )
-
-
 def dataset_bytes(datasets: UnitDatasets, provenance: Mapping[str, Any] | None = None) -> bytes:
     """The archive described in the module docstring, as bytes."""
     metadata = {
@@ -211,11 +193,11 @@ def dataset_bytes(datasets: UnitDatasets, provenance: Mapping[str, Any] | None =
     }
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        _write_entry(archive, "metadata.json", _canonical_json(metadata))
+        write_entry(archive, "metadata.json", _canonical_json(metadata))
         for name in SPLITS:
             split = datasets.split(name)
-            _write_entry(archive, f"{name}_observations.npy", _npy_bytes(split.observations))
-            _write_entry(archive, f"{name}_targets.npy", _npy_bytes(split.targets))
+            write_entry(archive, f"{name}_observations.npy", npy_bytes(split.observations))
+            write_entry(archive, f"{name}_targets.npy", npy_bytes(split.targets))
     return buffer.getvalue()
 
 
