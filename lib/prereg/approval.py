@@ -16,7 +16,7 @@ from pathlib import Path
 
 from prereg import gitrepo, provenance
 from prereg.hashing import canonical_json, read_json, sha256_file, write_json
-from prereg.plans import Plan, load_plan
+from prereg.plans import Plan, load_plan, validate_stage
 from prereg.runs import (
     COMPLETE,
     RunIdError,
@@ -206,6 +206,7 @@ def create_approval(
     plan = load_plan(root / plan_path)
     if stage not in plan.stages:
         raise ApprovalError(f"plan {plan_path} has no stage {stage!r}; its stages: {sorted(plan.stages)}")
+    validate_stage(plan, stage)
     spec = plan.stage(stage)
     record_path = approval_path(root, run_id)
     if record_path.exists():
@@ -340,6 +341,10 @@ def check_gate(root: Path, approval: Approval, stage: str, run_id: str | None) -
             ))
         else:
             plan = load_plan(plan_file)
+            try:
+                validate_stage(plan, stage)
+            except (ValueError, LookupError) as err:
+                refusals.append(Refusal("plan-hash", f"the approved plan does not validate: {err}"))
 
     problems = baseline_problems(root)
     baseline_file = root / BASELINE

@@ -75,15 +75,16 @@ class Plan:
         return self.data.get("parameters", {})
 
 
-def load_plan(path: Path, *, validate_kinds: bool = True) -> Plan:
-    """Read and validate a plan file; errors name the file and the field's path."""
+def load_plan(path: Path) -> Plan:
+    """Read a plan and validate its generic part; errors name the file and the field's path."""
     path = Path(path)
     data: Any = read_json(path, what="plan")
     validate(data, PLAN_SCHEMA, source=str(path))
-    plan = Plan(path=path, sha256=sha256_file(path), data=data)
-    if validate_kinds:
-        from prereg.stages import load_kind
+    return Plan(path=path, sha256=sha256_file(path), data=data)
 
-        for name, stage in plan.stages.items():
-            load_kind(stage["kind"]).validate(plan, name)
-    return plan
+
+def validate_stage(plan: Plan, stage: str) -> None:
+    """The stage's kind validates its parameters (an unknown kind is an error too)."""
+    from prereg.stages import load_kind
+
+    load_kind(plan.stage(stage)["kind"]).validate(plan, stage)

@@ -75,7 +75,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def known_stages(root: Path, config: pytest.Config) -> dict[str, str]:
     stages: dict[str, str] = {}
     for rel in config.getini("prereg_plans"):
-        plan = load_plan(root / rel, validate_kinds=False)
+        plan = load_plan(root / rel)
         for name in plan.stages:
             stages[name] = rel
     return stages
@@ -86,7 +86,7 @@ def stage_plan(config: pytest.Config) -> Plan:
     settings = config.stash[SETTINGS]
     if not settings.research:
         raise RuntimeError("stage_plan() is only available in a research run")
-    return load_plan(Path(settings.root) / settings.plan_path, validate_kinds=False)
+    return load_plan(Path(settings.root) / settings.plan_path)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -128,7 +128,7 @@ def _resolve_research_run(config: pytest.Config, root: Path) -> Settings:
         raise pytest.UsageError(f"research stage {stage} refused: {err}") from None
     plan_path = record.data["plan"]["path"]
     try:
-        plan = load_plan(root / plan_path, validate_kinds=False)
+        plan = load_plan(root / plan_path)
         spec = plan.stage(stage)
     except (ValueError, KeyError, FileNotFoundError) as err:
         raise pytest.UsageError(f"research stage {stage} refused: {err}") from None
@@ -280,7 +280,7 @@ class Controller:
             )
         from prereg.stages import load_kind
 
-        self.plan = load_plan(self.root / settings.plan_path)  # kind-level validation too
+        self.plan = plan
         self.kind = load_kind(self.plan.stage(settings.stage)["kind"])
         spec = self.plan.stage(settings.stage)
         self.started = time.time()

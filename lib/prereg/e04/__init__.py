@@ -1,0 +1,1 @@
+"""E04: retrieval robustness of frozen code-retrieval harnesses over a Go repository."""

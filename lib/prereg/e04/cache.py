@@ -1,0 +1,376 @@
+"""One SQLite vector cache shared by workers, keyed by (model identity, SHA-256 of text).
+
+File format (schema ``prereg-vector-cache``, version 1)::
+
+    meta(key TEXT PRIMARY KEY, value TEXT)              -- schema, version
+    identities(identity_sha256 TEXT PRIMARY KEY,
+               identity_json TEXT)                      -- canonical JSON of the identity
+    vectors(identity_sha256 TEXT, text_sha256 TEXT,
+            dims INTEGER, dtype TEXT, vector BLOB,      -- little-endian float32 bytes
+            PRIMARY KEY (identity_sha256, text_sha256)) WITHOUT ROWID
+
+The database runs in WAL mode with a busy timeout so that several processes
+(pytest-xdist workers) can read and write at once. Writes are ``INSERT OR
+IGNORE``: the first vector stored for a key stays; a later vector for the same
+key must equal it within ``conflict_atol`` (max absolute difference) or the
+write fails. :func:`embed_with_cache` returns the vectors read back from the
+file, so every process uses the same bytes for a key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from prereg.e04.embeddings import (
+    EmbeddingBackend,
+    EmbeddingOutputError,
+    canonical_identity_json,
+    checked_texts,
+    identity_sha256,
+)
+
+SCHEMA_NAME = "prereg-vector-cache"
+SCHEMA_VERSION = "1"
+_DTYPE = "float32"
+_STORED = np.dtype("<f4")
+_SELECT_BATCH = 500
+
+
+class VectorCacheError(ValueError):
+    """The cache file cannot be used: corrupt, foreign, other version, or bad input."""
+
+
+class VectorCacheConflictError(VectorCacheError):
+    """A different vector is already stored for the same (identity, text) key."""
+
+
+def text_sha256(text: str) -> str:
+    """SHA-256 (hex) of the UTF-8 bytes of ``text``; the cache's text key."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class VectorCache:
+    """An open vector cache file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The SQLite file; created with the schema if missing or empty.
+    conflict_atol : float
+        Largest max-absolute difference tolerated between a stored vector and a
+        new one for the same key (0 = bitwise equal). From the plan.
+    busy_timeout_seconds : float
+        How long a writer waits for another process's lock (SQLite busy timeout).
+    """
+
+    def __init__(
+        self, path: str | Path, *, conflict_atol: float, busy_timeout_seconds: float
+    ) -> None:
+        if not isinstance(conflict_atol, (int, float)) or not math.isfinite(conflict_atol) or (
+            conflict_atol < 0
+        ):
+            raise VectorCacheError(f"conflict_atol={conflict_atol!r} must be a finite number >= 0")
+        if not isinstance(busy_timeout_seconds, (int, float)) or busy_timeout_seconds <= 0:
+            raise VectorCacheError(
+                f"busy_timeout_seconds={busy_timeout_seconds!r} must be a number > 0"
+            )
+        self.path = Path(path)
+        self.conflict_atol = float(conflict_atol)
+        try:
+            self._connection = sqlite3.connect(
+                self.path, timeout=busy_timeout_seconds, isolation_level=None
+            )
+        except sqlite3.Error as error:
+            raise VectorCacheError(f"cannot open vector cache {str(self.path)!r}: {error}") from error
+        try:
+            self._connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
+            self._connection.execute("PRAGMA journal_mode = WAL")
+            self._initialise()
+        except sqlite3.DatabaseError as error:
+            self._connection.close()
+            if _is_lock_error(error):
+                raise VectorCacheError(
+                    f"vector cache {str(self.path)!r} stayed locked by another process for "
+                    f"more than busy_timeout_seconds={busy_timeout_seconds}: {error}"
+                ) from error
+            raise VectorCacheError(
+                f"{str(self.path)!r} is not a usable vector cache ({error}); it may be corrupt "
+                "or not an SQLite file. Move it away and let the run rebuild the cache."
+            ) from error
+        except VectorCacheError:
+            self._connection.close()
+            raise
+
+    def _initialise(self) -> None:
+        connection = self._connection
+        tables = {
+            row[0]
+            for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        if tables and "meta" not in tables:
+            raise VectorCacheError(
+                f"{str(self.path)!r} is an SQLite file of another schema (tables "
+                f"{sorted(tables)}), not a {SCHEMA_NAME}; point the cache at another path"
+            )
+        if not tables:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                connection.execute(
+                    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+                )
+                connection.execute(
+                    "CREATE TABLE IF NOT EXISTS identities (identity_sha256 TEXT PRIMARY KEY, "
+                    "identity_json TEXT NOT NULL)"
+                )
+                connection.execute(
+                    "CREATE TABLE IF NOT EXISTS vectors (identity_sha256 TEXT NOT NULL, "
+                    "text_sha256 TEXT NOT NULL, dims INTEGER NOT NULL, dtype TEXT NOT NULL, "
+                    "vector BLOB NOT NULL, PRIMARY KEY (identity_sha256, text_sha256)) "
+                    "WITHOUT ROWID"
+                )
+                connection.executemany(
+                    "INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
+                    [("schema", SCHEMA_NAME), ("version", SCHEMA_VERSION)],
+                )
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+        meta = dict(connection.execute("SELECT key, value FROM meta").fetchall())
+        if meta.get("schema") != SCHEMA_NAME:
+            raise VectorCacheError(
+                f"{str(self.path)!r} has schema {meta.get('schema')!r}, not {SCHEMA_NAME!r}; "
+                "point the cache at another path"
+            )
+        if meta.get("version") != SCHEMA_VERSION:
+            raise VectorCacheError(
+                f"{str(self.path)!r} is {SCHEMA_NAME} version {meta.get('version')!r}; this "
+                f"code reads version {SCHEMA_VERSION!r}. Use a new cache path."
+            )
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._connection.close()
+
+    def __enter__(self) -> VectorCache:  # noqa: PYI034 - typing.Self needs Python 3.11
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _guarded(self, action: str) -> _DatabaseErrors:
+        return _DatabaseErrors(self.path, action)
+
+    def register_identity(self, identity: dict) -> str:
+        """Store the identity's canonical JSON; return its SHA-256 (the model key)."""
+        key = identity_sha256(identity)
+        text = canonical_identity_json(identity)
+        with self._guarded("registering a model identity"):
+            self._connection.execute(
+                "INSERT OR IGNORE INTO identities (identity_sha256, identity_json) VALUES (?, ?)",
+                (key, text),
+            )
+            (stored,) = self._connection.execute(
+                "SELECT identity_json FROM identities WHERE identity_sha256 = ?", (key,)
+            ).fetchone()
+        if stored != text:
+            raise VectorCacheError(
+                f"{str(self.path)!r} stores identity {key} with other JSON {stored!r}"
+            )
+        return key
+
+    def get_many(self, identity: dict, text_hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        """Stored vectors (float32) of ``text_hashes`` under ``identity``; misses are absent."""
+        key = identity_sha256(identity)
+        unique = list(dict.fromkeys(text_hashes))
+        found: dict[str, np.ndarray] = {}
+        with self._guarded("reading vectors"):
+            for start in range(0, len(unique), _SELECT_BATCH):
+                batch = unique[start : start + _SELECT_BATCH]
+                marks = ",".join("?" * len(batch))
+                rows = self._connection.execute(
+                    "SELECT text_sha256, dims, dtype, vector FROM vectors "
+                    f"WHERE identity_sha256 = ? AND text_sha256 IN ({marks})",
+                    (key, *batch),
+                ).fetchall()
+                for text_hash, dims, dtype, blob in rows:
+                    found[text_hash] = self._decode(text_hash, dims, dtype, blob)
+        return found
+
+    def _decode(self, text_hash: str, dims: int, dtype: str, blob: bytes) -> np.ndarray:
+        if dtype != _DTYPE or len(blob) != dims * _STORED.itemsize:
+            raise VectorCacheError(
+                f"{str(self.path)!r}: vector for text {text_hash} has dtype {dtype!r}, dims "
+                f"{dims} and {len(blob)} bytes; the file is corrupt, move it away"
+            )
+        return np.frombuffer(blob, dtype=_STORED).astype(np.float32)
+
+    def put_many(self, identity: dict, text_hashes: Sequence[str], vectors: np.ndarray) -> int:
+        """Insert vectors (INSERT OR IGNORE) in one transaction; return how many were new.
+
+        A key already present must hold a vector of the same dims within
+        ``conflict_atol``, else :class:`VectorCacheConflictError` and nothing is written.
+        """
+        array = np.asarray(vectors)
+        if array.ndim != 2 or array.shape[0] != len(text_hashes):
+            raise VectorCacheError(
+                f"vectors has shape {array.shape}; expected [{len(text_hashes)}, d]"
+            )
+        if array.dtype != np.float32:
+            raise VectorCacheError(f"vectors dtype is {array.dtype}; the cache stores float32")
+        key = self.register_identity(identity)
+        dims = int(array.shape[1])
+        inserted = 0
+        with self._guarded("writing vectors"):
+            self._connection.execute("BEGIN IMMEDIATE")
+            try:
+                for text_hash, row in zip(text_hashes, array):
+                    cursor = self._connection.execute(
+                        "INSERT OR IGNORE INTO vectors (identity_sha256, text_sha256, dims, "
+                        "dtype, vector) VALUES (?, ?, ?, ?, ?)",
+                        (key, text_hash, dims, _DTYPE, row.astype(_STORED).tobytes()),
+                    )
+                    if cursor.rowcount == 1:
+                        inserted += 1
+                        continue
+                    stored_dims, dtype, blob = self._connection.execute(
+                        "SELECT dims, dtype, vector FROM vectors "
+                        "WHERE identity_sha256 = ? AND text_sha256 = ?",
+                        (key, text_hash),
+                    ).fetchone()
+                    stored = self._decode(text_hash, stored_dims, dtype, blob)
+                    if stored.shape != row.shape or not (
+                        np.max(np.abs(stored - row), initial=0.0) <= self.conflict_atol
+                    ):
+                        raise VectorCacheConflictError(
+                            f"{str(self.path)!r} already holds a different vector for text "
+                            f"{text_hash} under identity {key} (dims {stored_dims} vs {dims}, "
+                            f"max |diff| {_max_diff(stored, row)} > conflict_atol="
+                            f"{self.conflict_atol}); the backend is not the model the identity "
+                            "names, or is not deterministic"
+                        )
+                self._connection.execute("COMMIT")
+            except BaseException:
+                self._connection.execute("ROLLBACK")
+                raise
+        return inserted
+
+    def count(self, identity: dict | None = None) -> int:
+        """Number of stored vectors (of one identity, or all)."""
+        with self._guarded("counting vectors"):
+            if identity is None:
+                return self._connection.execute("SELECT COUNT(*) FROM vectors").fetchone()[0]
+            return self._connection.execute(
+                "SELECT COUNT(*) FROM vectors WHERE identity_sha256 = ?",
+                (identity_sha256(identity),),
+            ).fetchone()[0]
+
+
+def _max_diff(a: np.ndarray, b: np.ndarray) -> str:
+    if a.shape != b.shape:
+        return "n/a"
+    return f"{float(np.max(np.abs(a - b), initial=0.0)):.3g}"
+
+
+def _is_lock_error(error: BaseException | None) -> bool:
+    return isinstance(error, sqlite3.OperationalError) and (
+        "locked" in str(error) or "busy" in str(error)
+    )
+
+
+class _DatabaseErrors:
+    """Turn sqlite3.DatabaseError inside a block into VectorCacheError naming the file."""
+
+    def __init__(self, path: Path, action: str) -> None:
+        self.path = path
+        self.action = action
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: object
+    ) -> bool:
+        if kind is not None and issubclass(kind, sqlite3.DatabaseError):
+            if _is_lock_error(error):
+                raise VectorCacheError(
+                    f"vector cache {str(self.path)!r} stayed locked by another process while "
+                    f"{self.action}: {error}; raise busy_timeout_seconds"
+                ) from error
+            raise VectorCacheError(
+                f"vector cache {str(self.path)!r} failed while {self.action}: {error}; "
+                "the file may be corrupt, move it away and rebuild"
+            ) from error
+        return False
+
+
+@dataclass(frozen=True)
+class CachedEmbeddings:
+    """Vectors for a list of texts and how they were obtained.
+
+    ``vectors`` is float32 ``[n, d]`` as stored in the cache; ``hits`` and
+    ``misses`` count distinct texts; ``backend_calls`` counts ``embed`` calls.
+    """
+
+    vectors: np.ndarray
+    hits: int
+    misses: int
+    backend_calls: int
+
+
+def embed_with_cache_report(
+    backend: EmbeddingBackend, cache: VectorCache, texts: Sequence[str], *, batch_size: int
+) -> CachedEmbeddings:
+    """Embed only the texts missing from the cache, in batches; return all vectors.
+
+    Distinct texts are looked up by SHA-256; misses are embedded in order of
+    first appearance, ``batch_size`` at a time, and stored; the result is read
+    back from the cache so that concurrent writers agree on every vector.
+    """
+    items = checked_texts(texts)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise VectorCacheError(f"batch_size={batch_size!r} must be an int >= 1")
+    identity = backend.identity()
+    hashes = [text_sha256(text) for text in items]
+    first_text = dict(zip(hashes, items))
+    unique = list(first_text)
+    stored = cache.get_many(identity, unique)
+    missing = [h for h in unique if h not in stored]
+    calls = 0
+    for start in range(0, len(missing), batch_size):
+        batch = missing[start : start + batch_size]
+        vectors = backend.embed([first_text[h] for h in batch])
+        calls += 1
+        if vectors.shape[0] != len(batch):
+            raise EmbeddingOutputError(
+                f"backend returned {vectors.shape[0]} vectors for {len(batch)} texts"
+            )
+        cache.put_many(identity, batch, vectors)
+    if missing:
+        stored.update(cache.get_many(identity, missing))
+    dims = {vector.shape[0] for vector in stored.values()}
+    if len(dims) > 1:
+        raise VectorCacheError(
+            f"{str(cache.path)!r} holds vectors of dims {sorted(dims)} for one identity; corrupt"
+        )
+    width = dims.pop() if dims else int(identity.get("dimension", 0))
+    result = np.zeros((len(items), width), dtype=np.float32)
+    for i, text_hash in enumerate(hashes):
+        result[i] = stored[text_hash]
+    return CachedEmbeddings(
+        vectors=result, hits=len(unique) - len(missing), misses=len(missing), backend_calls=calls
+    )
+
+
+def embed_with_cache(
+    backend: EmbeddingBackend, cache: VectorCache, texts: Sequence[str], *, batch_size: int
+) -> np.ndarray:
+    """Float32 ``[n, d]`` vectors of ``texts``; see :func:`embed_with_cache_report`."""
+    return embed_with_cache_report(backend, cache, texts, batch_size=batch_size).vectors

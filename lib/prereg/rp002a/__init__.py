@@ -1,0 +1,1 @@
+"""RP002A: the statistical pipeline's worlds, models, training and analysis."""

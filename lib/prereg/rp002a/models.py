@@ -1,0 +1,325 @@
+"""RP002A learned predictors: B1 (window of eight) and B2 (full history).
+
+Both map observations ``uint8/int64 [B, T]`` (symbols ``0..n_symbols-1``; in the
+reference plan 0..3 are the visible state and 4 is an erasure) to logits
+``float32 [B, T, n_targets]``; the output at ``t`` depends on observations
+``0..t`` only.
+
+* **B1** - causal convolution: one-hot observations, left-padded with
+  ``window - 1`` all-zero "no history" columns, ``Conv1d(n_symbols, conv_channels,
+  kernel_size=window)``, ReLU, ``Conv1d(conv_channels, hidden_channels, 1)``,
+  ReLU, ``Conv1d(hidden_channels, n_targets, 1)``. Position ``t`` sees exactly
+  ``t - window + 1 .. t``.
+* **B2** - recurrent: one-hot observations, a single-layer GRU with
+  ``hidden`` units (``"fused"``: :class:`~prereg.rp002a.fused_gru.FusedGRU`;
+  ``"stock"``: ``torch.nn.GRU``), zero initial state, ``Linear(hidden, n_targets)``.
+
+Sizes come from the plan; :func:`build_model` is the only factory a stage should
+call. Initialisation is explicit and generator driven
+(:func:`initialise_parameters`), so two models built from equal generators have
+identical weights, whatever the global torch RNG state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from prereg.rp002a.fused_gru import FusedGRU
+
+__all__ = [
+    "GRU_IMPLEMENTATIONS",
+    "B1Sizes",
+    "B2Sizes",
+    "ModelSpecError",
+    "RecurrentPredictor",
+    "WindowConvPredictor",
+    "build_gru",
+    "build_model",
+    "initialise_parameters",
+    "model_kinds",
+    "sizes_from_dict",
+]
+
+
+class ModelSpecError(ValueError):
+    """A model kind, size or implementation name is unknown or invalid."""
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelSpecError(f"{name} must be a positive int; got {value!r}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class B1Sizes:
+    """Sizes of B1 (plan values in brackets).
+
+    Attributes
+    ----------
+    n_symbols : int
+        Observation alphabet, one-hot width [5: four states + erasure].
+    n_targets : int
+        Output classes [4].
+    window : int
+        Convolution kernel = observations seen, current included [8].
+    conv_channels : int
+        Channels of the causal convolution [64].
+    hidden_channels : int
+        Channels of the 1x1 hidden convolution [64].
+    """
+
+    n_symbols: int
+    n_targets: int
+    window: int
+    conv_channels: int
+    hidden_channels: int
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            _positive_int(f"B1 sizes.{field.name}", getattr(self, field.name))
+
+
+@dataclasses.dataclass(frozen=True)
+class B2Sizes:
+    """Sizes of B2 (plan values in brackets).
+
+    Attributes
+    ----------
+    n_symbols : int
+        Observation alphabet, one-hot width [5].
+    n_targets : int
+        Output classes [4].
+    hidden : int
+        GRU hidden units [64].
+    """
+
+    n_symbols: int
+    n_targets: int
+    hidden: int
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            _positive_int(f"B2 sizes.{field.name}", getattr(self, field.name))
+
+
+Sizes = Union[B1Sizes, B2Sizes]
+_SIZE_TYPES: dict[str, type] = {"B1": B1Sizes, "B2": B2Sizes}
+
+
+def sizes_from_dict(kind: str, values: Mapping[str, Any]) -> Sizes:
+    """Build the sizes dataclass of ``kind`` from a plan mapping.
+
+    Unknown and missing keys are refused by name (no defaults: every size is a
+    plan number).
+    """
+    size_type = _SIZE_TYPES.get(kind)
+    if size_type is None:
+        raise ModelSpecError(f"unknown model kind {kind!r}; expected one of {model_kinds()}")
+    if not isinstance(values, Mapping):
+        raise ModelSpecError(f"{kind} sizes must be a mapping; got {type(values).__name__}")
+    names = [f.name for f in dataclasses.fields(size_type)]
+    unknown = sorted(set(values) - set(names))
+    missing = [n for n in names if n not in values]
+    if unknown:
+        raise ModelSpecError(f"unknown {kind} size key(s) {unknown}; allowed keys are {names}")
+    if missing:
+        raise ModelSpecError(f"missing {kind} size key(s) {missing}; the plan must give them")
+    return size_type(**{n: values[n] for n in names})
+
+
+def _one_hot(observations: Tensor, n_symbols: int) -> Tensor:
+    if observations.dim() != 2:
+        raise ModelSpecError(
+            f"observations must have shape (B, T); got {tuple(observations.shape)}"
+        )
+    return F.one_hot(observations.long(), n_symbols).to(torch.float32)
+
+
+class WindowConvPredictor(nn.Module):
+    """B1: causal convolution over a window of ``sizes.window`` observations."""
+
+    kind = "B1"
+
+    def __init__(self, sizes: B1Sizes) -> None:
+        super().__init__()
+        self.sizes = sizes
+        self.n_symbols = sizes.n_symbols
+        self.n_targets = sizes.n_targets
+        self.window_conv = nn.Conv1d(sizes.n_symbols, sizes.conv_channels, sizes.window)
+        self.hidden_conv = nn.Conv1d(sizes.conv_channels, sizes.hidden_channels, 1)
+        self.output_conv = nn.Conv1d(sizes.hidden_channels, sizes.n_targets, 1)
+
+    def forward(self, observations: Tensor) -> Tensor:
+        """Logits ``[B, T, n_targets]`` for observations ``[B, T]``."""
+        x = _one_hot(observations, self.n_symbols).transpose(1, 2)  # [B, S, T]
+        x = F.pad(x, (self.sizes.window - 1, 0))  # zero "no history" before the start
+        x = torch.relu(self.window_conv(x))
+        x = torch.relu(self.hidden_conv(x))
+        return self.output_conv(x).transpose(1, 2)
+
+
+class RecurrentPredictor(nn.Module):
+    """B2: GRU over the full history, then a linear read-out."""
+
+    kind = "B2"
+
+    def __init__(self, sizes: B2Sizes, implementation: str) -> None:
+        super().__init__()
+        self.sizes = sizes
+        self.n_symbols = sizes.n_symbols
+        self.n_targets = sizes.n_targets
+        self.implementation = implementation
+        self.gru = build_gru(implementation, sizes.n_symbols, sizes.hidden)
+        self.readout = nn.Linear(sizes.hidden, sizes.n_targets)
+
+    def forward(self, observations: Tensor) -> Tensor:
+        """Logits ``[B, T, n_targets]`` for observations ``[B, T]``."""
+        states, _ = self.gru(_one_hot(observations, self.n_symbols))
+        return self.readout(states)
+
+
+def _stock_gru(input_size: int, hidden_size: int) -> nn.Module:
+    return nn.GRU(input_size, hidden_size, batch_first=True)
+
+
+GRU_IMPLEMENTATIONS: Mapping[str, Callable[[int, int], nn.Module]] = MappingProxyType(
+    {"fused": FusedGRU, "stock": _stock_gru}
+)
+"""Read-only registry of B2's GRU layer: name -> ``factory(input_size, hidden_size)``.
+
+Every entry is batch-first, takes ``(x, hx=None)``, returns ``(output, h_n)`` and
+has ``nn.GRU``'s parameter names, so weights and the explicit initialisation are
+interchangeable between them."""
+
+
+def build_gru(implementation: str, input_size: int, hidden_size: int) -> nn.Module:
+    """Instantiate the GRU layer ``implementation``; unknown names are an error.
+
+    A stage never falls back to another implementation.
+    """
+    factory = GRU_IMPLEMENTATIONS.get(implementation) if isinstance(implementation, str) else None
+    if factory is None:
+        raise ModelSpecError(
+            f"unknown GRU implementation {implementation!r}; available: "
+            f"{sorted(GRU_IMPLEMENTATIONS)}. A stage never falls back to another "
+            "implementation: fix the plan."
+        )
+    return factory(input_size, hidden_size)
+
+
+def model_kinds() -> tuple[str, ...]:
+    """Model kinds :func:`build_model` knows: ``("B1", "B2")``."""
+    return tuple(_SIZE_TYPES)
+
+
+def initialise_parameters(model: nn.Module, generator: torch.Generator) -> None:
+    """Redraw every parameter of ``model`` from ``generator``, in registration order.
+
+    Parameters
+    ----------
+    model : nn.Module
+        A model from :func:`build_model`.
+    generator : torch.Generator
+        CPU generator (``prereg.seeds.torch_generator(...)``); it is advanced.
+
+    Notes
+    -----
+    Each parameter is drawn ``U(-b, b)`` with PyTorch's default bounds, written out
+    so that only ``generator`` matters:
+
+    * GRU (stock or fused) weights and biases: ``b = 1/sqrt(hidden)``
+      (``nn.GRU.reset_parameters``);
+    * Conv1d / Linear weight and bias: ``b = 1/sqrt(fan_in)``, ``fan_in =
+      in_channels * kernel_size`` (``kaiming_uniform_(a=sqrt(5))`` gives
+      ``gain * sqrt(3 / fan_in) = 1/sqrt(fan_in)``; the bias rule is the same).
+
+    Modules are visited in ``model.modules()`` order and parameters in
+    registration order, so a stock and a fused B2 drawn from equal generators
+    hold identical weights.
+    """
+    if not isinstance(generator, torch.Generator):
+        raise ModelSpecError(
+            f"generator must be a torch.Generator; got {type(generator).__name__} "
+            "(build one with prereg.seeds.torch_generator)"
+        )
+    seen = 0
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, (nn.GRU, FusedGRU)):
+                bound = 1.0 / math.sqrt(module.hidden_size)
+            elif isinstance(module, (nn.Conv1d, nn.Linear)):
+                fan_in = module.weight.shape[1] * math.prod(module.weight.shape[2:])
+                bound = 1.0 / math.sqrt(fan_in)
+            else:
+                if next(module.parameters(recurse=False), None) is not None:
+                    raise ModelSpecError(
+                        f"no initialisation rule for {type(module).__name__}; "
+                        "add one to initialise_parameters"
+                    )
+                continue
+            for parameter in module.parameters(recurse=False):
+                parameter.uniform_(-bound, bound, generator=generator)
+                seen += 1
+    if seen != len(list(model.parameters())):
+        raise ModelSpecError("initialise_parameters missed parameters of a nested module")
+
+
+def build_model(
+    kind: str,
+    sizes: Sizes | Mapping[str, Any],
+    *,
+    implementation: str | None = None,
+    generator: torch.Generator | None = None,
+) -> nn.Module:
+    """Build B1 or B2 from plan sizes.
+
+    Parameters
+    ----------
+    kind : {"B1", "B2"}
+    sizes : B1Sizes, B2Sizes or mapping
+        A mapping is read with :func:`sizes_from_dict` (unknown/missing keys refused).
+    implementation : str or None
+        B2: a key of :data:`GRU_IMPLEMENTATIONS` (``"fused"``, ``"stock"``),
+        required. B1: must be None (it has one implementation).
+    generator : torch.Generator or None
+        If given, parameters are drawn with :func:`initialise_parameters`;
+        otherwise they keep torch's construction-time draw from the global RNG
+        (``train`` redraws them from its ``init_generator`` anyway).
+
+    Returns
+    -------
+    nn.Module
+        ``WindowConvPredictor`` or ``RecurrentPredictor`` in float32, train mode.
+    """
+    if kind not in _SIZE_TYPES:
+        raise ModelSpecError(f"unknown model kind {kind!r}; expected one of {model_kinds()}")
+    if isinstance(sizes, Mapping):
+        sizes = sizes_from_dict(kind, sizes)
+    if not isinstance(sizes, _SIZE_TYPES[kind]):
+        raise ModelSpecError(
+            f"{kind} needs {_SIZE_TYPES[kind].__name__}; got {type(sizes).__name__}"
+        )
+    if kind == "B1":
+        if implementation is not None:
+            raise ModelSpecError(
+                f"B1 has a single implementation; got implementation={implementation!r}, pass None"
+            )
+        model: nn.Module = WindowConvPredictor(sizes)  # type: ignore[arg-type]
+    else:
+        if implementation is None:
+            raise ModelSpecError(
+                f"B2 needs implementation= one of {sorted(GRU_IMPLEMENTATIONS)} (named in the plan)"
+            )
+        model = RecurrentPredictor(sizes, implementation)  # type: ignore[arg-type]
+    if generator is not None:
+        initialise_parameters(model, generator)
+    return model
