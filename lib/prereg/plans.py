@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from prereg.hashing import read_json, sha256_file
-from prereg.schema import ANY, MapOf, Optional, validate
+from prereg.schema import ANY, MapOf, Nullable, Optional, validate
 
 ENVIRONMENT_PINS = {
     "python": str,
@@ -32,7 +32,7 @@ STAGE_SCHEMA = {
     "budget_seconds": float,  # wall-time budget of the whole stage
     "budget_enforced": bool,  # True: items past the budget fail, the stage is incomplete
     "requires": [str],  # stages whose complete, clean run this one consumes
-    "seed_namespace": Optional(str),  # absent for stages that draw no random numbers
+    "seed_namespace": Nullable(str),  # null for stages that draw no random numbers
     "single_attempt": bool,  # True: one approval ever for this stage (no retry)
     "threads_per_worker": int,  # torch / BLAS / OpenMP threads in each test process
     "inputs": [str],  # names of inputs the approval must bind (prereg approve --input)
