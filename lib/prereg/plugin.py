@@ -75,7 +75,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def known_stages(root: Path, config: pytest.Config) -> dict[str, str]:
     stages: dict[str, str] = {}
     for rel in config.getini("prereg_plans"):
-        plan = load_plan(root / rel)
+        try:
+            plan = load_plan(root / rel)
+        except (OSError, ValueError) as err:
+            raise pytest.UsageError(f"prereg_plans in pytest.ini: {err}") from None
         for name in plan.stages:
             stages[name] = rel
     return stages
