@@ -12,10 +12,14 @@ def pytest_generate_tests(metafunc):
     plan = stage_plan(metafunc.config).data
     if "simulation_cell" in metafunc.fixturenames:
         cells = calibration.simulation_cells(plan)
-        metafunc.parametrize("simulation_cell", cells, ids=[calibration.simulation_id(c) for c in cells])
+        metafunc.parametrize(
+            "simulation_cell", cells, ids=[calibration.simulation_id(c) for c in cells]
+        )
     if "bootstrap_cell" in metafunc.fixturenames:
         cells = calibration.bootstrap_cells(plan)
-        metafunc.parametrize("bootstrap_cell", cells, ids=[calibration.bootstrap_id(c) for c in cells])
+        metafunc.parametrize(
+            "bootstrap_cell", cells, ids=[calibration.bootstrap_id(c) for c in cells]
+        )
 
 
 def test_simulation_cell(simulation_cell, research):

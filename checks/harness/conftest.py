@@ -12,10 +12,16 @@ from pathlib import Path
 
 import pytest
 
-PINS = {"python": "3.9.6", "numpy": "2.0.2", "torch": "2.8.0", "scipy": "1.13.1",
-        "platform": "macOS-arm64", "cpu_threads": 2}
+PINS = {
+    "python": "3.9.6",
+    "numpy": "2.0.2",
+    "torch": "2.8.0",
+    "scipy": "1.13.1",
+    "platform": "macOS-arm64",
+    "cpu_threads": 2,
+}
 
-EXPERIMENT = '''
+EXPERIMENT = """
 import json, os, signal
 import pytest
 from prereg.plugin import stage_plan
@@ -42,14 +48,20 @@ def test_cell(cell, research):
             os.kill(os.getpid(), signal.SIGTERM)
         if bad["how"] == "exit":
             os._exit(3)
-'''
+"""
 
 
 def stage_spec(stage: str, **overrides) -> dict:
     spec = {
-        "kind": "plain", "module": f"experiments/test_{stage}.py", "budget_seconds": 600,
-        "budget_enforced": False, "requires": [], "seed_namespace": f"{stage}-1.0",
-        "single_attempt": False, "threads_per_worker": 1, "inputs": [],
+        "kind": "plain",
+        "module": f"experiments/test_{stage}.py",
+        "budget_seconds": 600,
+        "budget_enforced": False,
+        "requires": [],
+        "seed_namespace": f"{stage}-1.0",
+        "single_attempt": False,
+        "threads_per_worker": 1,
+        "inputs": [],
         "parameters": {"cells": 4, "misbehave": {"cell": -1, "how": "none"}},
     }
     spec.update(overrides)
@@ -63,7 +75,9 @@ class ToyRepo:
     def run(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        done = subprocess.run(list(args), cwd=self.root, env=env, capture_output=True, text=True)
+        done = subprocess.run(
+            list(args), cwd=self.root, env=env, capture_output=True, text=True, check=False
+        )
         if check and done.returncode != 0:
             raise AssertionError(f"{args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
         return done
@@ -75,9 +89,22 @@ class ToyRepo:
         self.git("add", "-A")
         self.git("commit", "-q", "-m", message)
 
-    def approve(self, stage: str, run_id: str, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
-        done = self.run(sys.executable, "-m", "prereg.cli", "approve", "--stage", stage,
-                        "--run-id", run_id, "--accept-deviations", *extra, check=check)
+    def approve(
+        self, stage: str, run_id: str, *extra: str, check: bool = True
+    ) -> subprocess.CompletedProcess:
+        done = self.run(
+            sys.executable,
+            "-m",
+            "prereg.cli",
+            "approve",
+            "--stage",
+            stage,
+            "--run-id",
+            run_id,
+            "--accept-deviations",
+            *extra,
+            check=check,
+        )
         if check:
             self.commit(f"Approve {run_id}")
         return done
@@ -93,11 +120,19 @@ class ToyRepo:
 
     def refusals(self) -> list[dict]:
         folder = self.root / "runs" / "refusals"
-        return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+        return (
+            [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+            if folder.exists()
+            else []
+        )
 
     def write_plan(self, stages: dict) -> None:
-        plan = {"plan_id": "toy-1.0", "protocol": "toy protocol for the harness checks",
-                "environment_pins": PINS, "stages": stages}
+        plan = {
+            "plan_id": "toy-1.0",
+            "protocol": "toy protocol for the harness checks",
+            "environment_pins": PINS,
+            "stages": stages,
+        }
         (self.root / "plans" / "TOY_PLAN.json").write_text(json.dumps(plan, indent=2))
         for stage, spec in stages.items():
             (self.root / spec["module"]).write_text(EXPERIMENT.format(stage=stage))
@@ -123,8 +158,9 @@ def make_toy_repo(root: Path, stages: dict | None = None) -> ToyRepo:
     )
     (root / "plans" / "CONFIG_PROPOSAL.json").write_text('{"historical": true}\n')
     digest = hashlib.sha256((root / "plans" / "CONFIG_PROPOSAL.json").read_bytes()).hexdigest()
-    (root / "plans" / "BASELINE.json").write_text(json.dumps(
-        {"description": "immutable", "files": {"plans/CONFIG_PROPOSAL.json": digest}}))
+    (root / "plans" / "BASELINE.json").write_text(
+        json.dumps({"description": "immutable", "files": {"plans/CONFIG_PROPOSAL.json": digest}})
+    )
     repo.write_plan(stages or {"toy": stage_spec("toy")})
     repo.commit("Toy project")
     return repo

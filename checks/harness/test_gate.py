@@ -20,7 +20,9 @@ def assert_refused(toy, done, condition: str, *phrases: str, spent_before: bool 
     for phrase in phrases:
         assert phrase in text, text
     if not spent_before:
-        assert not (toy.root / "runs" / RUN / "start.json").exists(), "a refusal must not spend the run id"
+        assert not (toy.root / "runs" / RUN / "start.json").exists(), (
+            "a refusal must not spend the run id"
+        )
     assert any(condition in {x["condition"] for x in r["refusals"]} for r in toy.refusals())
 
 
@@ -39,7 +41,9 @@ def test_dirty_tree_is_refused(toy):
     (toy.root / "notes.txt").write_text("uncommitted")
     assert_refused(toy, toy.pytest("--research-stage=toy"), "clean-source", "notes.txt")
     (toy.root / "notes.txt").unlink()
-    assert toy.pytest("--research-stage=toy").returncode == 0, "fixing the cause lets the same approval run"
+    assert toy.pytest("--research-stage=toy").returncode == 0, (
+        "fixing the cause lets the same approval run"
+    )
 
 
 def test_a_commit_beyond_the_approval_record_is_refused(toy):
@@ -109,8 +113,10 @@ def test_approve_refuses_a_dirty_tree_a_bad_run_id_and_undeclared_deviations(toy
 
 
 def test_a_dependent_stage_refuses_until_its_requirement_ran_complete(tmp_path):
-    stages = {"toy": stage_spec("toy", parameters={"cells": 2, "misbehave": {"cell": 1, "how": "raise"}}),
-              "after": stage_spec("after", requires=["toy"])}
+    stages = {
+        "toy": stage_spec("toy", parameters={"cells": 2, "misbehave": {"cell": 1, "how": "raise"}}),
+        "after": stage_spec("after", requires=["toy"]),
+    }
     toy = make_toy_repo(tmp_path / "dep", stages)
     done = toy.approve("after", "after-20261130-001", check=False)
     assert done.returncode == 2 and "requires a complete run of toy" in done.stderr
@@ -125,7 +131,9 @@ def test_a_dependent_stage_refuses_until_its_requirement_ran_complete(tmp_path):
 def test_software_runs_never_collect_research_items(toy):
     for args in ([], ["-m", "software"], ["-k", "cell"], ["-m", "research_stage"]):
         done = toy.pytest("-q", *args)
-        assert "test_cell" not in done.stdout and "stray" not in done.stdout.replace("deselected", "")
+        assert "test_cell" not in done.stdout and "stray" not in done.stdout.replace(
+            "deselected", ""
+        )
         assert "never runs" not in done.stdout
     done = toy.pytest("-q", "-m", "software")
     assert done.returncode == 0 and "1 passed" in done.stdout

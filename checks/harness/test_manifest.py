@@ -12,8 +12,11 @@ pytestmark = pytest.mark.software
 
 def result_files(toy, run_id: str) -> dict[str, str]:
     base = toy.root / "runs" / run_id / "items"
-    return {p.relative_to(base).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(base.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(base).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(base.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_serial_and_two_workers_give_identical_results_and_one_manifest(toy):
@@ -29,7 +32,7 @@ def test_serial_and_two_workers_give_identical_results_and_one_manifest(toy):
     for item in parallel["items"]:
         assert item["outcome"] == "passed"
         assert item["seeds"] == [f"toy-1.0/cell/{item['coords']['cell']}"]
-        assert item["peak_rss_bytes"] > 0 and "item" in item["peak_rss_scope"]
+        assert item["peak_rss_bytes"] > 0 and "own peak" in item["peak_rss_scope"]
         assert item["thread_settings"]["threads_per_process"] == 1
     assert parallel["status"] == "complete" and parallel["expected_items"] == 4
     assert {d["field"] for d in parallel["deviations"]} >= {"python", "platform"}
@@ -39,7 +42,9 @@ def test_serial_and_two_workers_give_identical_results_and_one_manifest(toy):
 
 
 @pytest.mark.parametrize("how, workers", [("raise", None), ("sigterm", None), ("exit", "2")])
-def test_a_failed_or_interrupted_stage_keeps_partial_outputs_and_is_incomplete(tmp_path, how, workers):
+def test_a_failed_or_interrupted_stage_keeps_partial_outputs_and_is_incomplete(
+    tmp_path, how, workers
+):
     spec = stage_spec("toy", parameters={"cells": 4, "misbehave": {"cell": 1, "how": how}})
     toy = make_toy_repo(tmp_path / how, {"toy": spec})
     toy.approve("toy", "toy-20261130-001")
@@ -49,7 +54,9 @@ def test_a_failed_or_interrupted_stage_keeps_partial_outputs_and_is_incomplete(t
     manifest = toy.manifest("toy-20261130-001")
     assert manifest["status"] == "incomplete" and manifest["incomplete_reasons"]
     assert manifest["summary_files"] == []
-    assert (toy.root / "runs" / "toy-20261130-001" / "items" / "test_cell[cell1]" / "partial.txt").exists()
+    assert (
+        toy.root / "runs" / "toy-20261130-001" / "items" / "test_cell[cell1]" / "partial.txt"
+    ).exists()
     failed = next(i for i in manifest["items"] if i["nodeid"].endswith("[cell1]"))
     assert failed["outcome"] != "passed"
     if how == "raise":
@@ -60,12 +67,16 @@ def test_a_failed_or_interrupted_stage_keeps_partial_outputs_and_is_incomplete(t
 
 
 def test_an_enforced_budget_ends_the_stage_incomplete(tmp_path):
-    toy = make_toy_repo(tmp_path / "budget", {"toy": stage_spec("toy", budget_seconds=0, budget_enforced=True)})
+    toy = make_toy_repo(
+        tmp_path / "budget", {"toy": stage_spec("toy", budget_seconds=0, budget_enforced=True)}
+    )
     toy.approve("toy", "toy-20261130-001")
     assert toy.pytest("--research-stage=toy").returncode != 0
     manifest = toy.manifest("toy-20261130-001")
     assert manifest["status"] == "incomplete" and manifest["budget"]["exceeded"]
-    assert any("BudgetExceeded" in t for i in manifest["items"] for t in i.get("tracebacks", {}).values())
+    assert any(
+        "BudgetExceeded" in t for i in manifest["items"] for t in i.get("tracebacks", {}).values()
+    )
 
 
 def test_audit_names_a_flipped_byte_a_deleted_file_and_an_added_file(toy):

@@ -13,14 +13,20 @@ from prereg.schema import SchemaError
 
 pytestmark = pytest.mark.software
 
-coordinate = st.one_of(st.integers(-10**6, 10**6), st.text(st.characters(blacklist_characters="/"), min_size=1, max_size=8))
+coordinate = st.one_of(
+    st.integers(-(10**6), 10**6),
+    st.text(st.characters(blacklist_characters="/"), min_size=1, max_size=8),
+)
 
 
 def test_recorded_reference_values_stay_fixed():
     # Recorded when the seed function was written (SHA-256 of "calibration-1.0/sim/20"):
     # changing the derivation would silently change every dataset.
     assert seeds.seed("calibration-1.0", "sim", 20) == 1665457293865313057
-    assert seeds.derivation("target-variance-1.0", "E1", 3, "train") == "target-variance-1.0/E1/3/train"
+    assert (
+        seeds.derivation("target-variance-1.0", "E1", 3, "train")
+        == "target-variance-1.0/E1/3/train"
+    )
 
 
 @given(st.lists(coordinate, max_size=4), st.lists(coordinate, max_size=4))
@@ -54,7 +60,12 @@ def test_ambiguous_coordinates_are_refused(bad):
 def _plan(tmp_path, mutate):
     from conftest import PINS, stage_spec
 
-    plan = {"plan_id": "p", "protocol": "x", "environment_pins": dict(PINS), "stages": {"s": stage_spec("s")}}
+    plan = {
+        "plan_id": "p",
+        "protocol": "x",
+        "environment_pins": dict(PINS),
+        "stages": {"s": stage_spec("s")},
+    }
     mutate(plan)
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))

@@ -111,7 +111,9 @@ def baseline_problems(root: Path) -> list[str]:
         if not target.exists():
             problems.append(f"{rel} is listed in {BASELINE} but missing")
         elif sha256_file(target) != expected:
-            problems.append(f"{rel} hashes {sha256_file(target)[:12]}, {BASELINE} says {expected[:12]}")
+            problems.append(
+                f"{rel} hashes {sha256_file(target)[:12]}, {BASELINE} says {expected[:12]}"
+            )
     return problems
 
 
@@ -163,7 +165,9 @@ def dependency_problems(root: Path, requires: dict) -> list[str]:
             problems.append(f"required {stage} run {bound['run_id']} has no manifest")
             continue
         if sha256_file(manifest) != bound["manifest_sha256"]:
-            problems.append(f"required {stage} run {bound['run_id']}: manifest changed since approval")
+            problems.append(
+                f"required {stage} run {bound['run_id']}: manifest changed since approval"
+            )
             continue
         status = read_json(manifest, what="manifest")["status"]
         if status != COMPLETE:
@@ -205,14 +209,20 @@ def create_approval(
         raise ApprovalError(str(err)) from None
     plan = load_plan(root / plan_path)
     if stage not in plan.stages:
-        raise ApprovalError(f"plan {plan_path} has no stage {stage!r}; its stages: {sorted(plan.stages)}")
+        raise ApprovalError(
+            f"plan {plan_path} has no stage {stage!r}; its stages: {sorted(plan.stages)}"
+        )
     validate_stage(plan, stage)
     spec = plan.stage(stage)
     record_path = approval_path(root, run_id)
     if record_path.exists():
-        raise ApprovalError(f"{record_path.relative_to(root)} exists already: one approval per run id")
+        raise ApprovalError(
+            f"{record_path.relative_to(root)} exists already: one approval per run id"
+        )
     if has_started(root, run_id):
-        raise ApprovalError(f"run id {run_id} has been spent (runs/{run_id} exists); choose the next number")
+        raise ApprovalError(
+            f"run id {run_id} has been spent (runs/{run_id} exists); choose the next number"
+        )
     existing = list_approvals(root)
     if spec["single_attempt"]:
         earlier = [a.run_id for a in existing if a.stage == stage]
@@ -223,7 +233,9 @@ def create_approval(
             )
     namespace = spec.get("seed_namespace")
     if namespace is not None:
-        clash = [a.run_id for a in existing if a.data["seed_namespace"] == namespace and a.stage != stage]
+        clash = [
+            a.run_id for a in existing if a.data["seed_namespace"] == namespace and a.stage != stage
+        ]
         if clash:
             raise ApprovalError(
                 f"seed namespace {namespace!r} is already used by {clash}; a stage never reuses "
@@ -243,7 +255,9 @@ def create_approval(
             )
         manifest = runs_dir(root) / chosen / "manifest.json"
         if not manifest.exists():
-            raise ApprovalError(f"--use-run {needed}={chosen}: runs/{chosen}/manifest.json does not exist")
+            raise ApprovalError(
+                f"--use-run {needed}={chosen}: runs/{chosen}/manifest.json does not exist"
+            )
         requires[needed] = {"run_id": chosen, "manifest_sha256": sha256_file(manifest)}
     problems = dependency_problems(root, requires)
     if problems:
@@ -264,7 +278,9 @@ def create_approval(
     actual = provenance.pinned_environment()
     deviations = provenance.deviations(plan.data["environment_pins"], actual)
     if deviations and not accept_deviations:
-        listed = "; ".join(f"{d['field']}: plan pins {d['pinned']!r}, here {d['actual']!r}" for d in deviations)
+        listed = "; ".join(
+            f"{d['field']}: plan pins {d['pinned']!r}, here {d['actual']!r}" for d in deviations
+        )
         raise ApprovalError(
             f"this environment deviates from the plan's pins ({listed}); to run here anyway, "
             "approve with --accept-deviations so the approval and the manifest name each deviation"
@@ -273,7 +289,11 @@ def create_approval(
         "format": FORMAT,
         "stage": stage,
         "run_id": run_id,
-        "plan": {"path": Path(plan_path).as_posix(), "sha256": plan.sha256, "plan_id": plan.plan_id},
+        "plan": {
+            "path": Path(plan_path).as_posix(),
+            "sha256": plan.sha256,
+            "plan_id": plan.plan_id,
+        },
         "baseline": {"path": BASELINE.as_posix(), "sha256": sha256_file(root / BASELINE)},
         "source_anchor": gitrepo.head_commit(root),
         "seed_namespace": namespace,
@@ -306,7 +326,9 @@ def find_approval(root: Path, stage: str, run_id: str | None) -> Approval:
                 f"`prereg approve --stage {stage} --run-id {run_id}` and commit it"
             )
         return load_approval(path)
-    unspent = [a for a in list_approvals(root) if a.stage == stage and not has_started(root, a.run_id)]
+    unspent = [
+        a for a in list_approvals(root) if a.stage == stage and not has_started(root, a.run_id)
+    ]
     if not unspent:
         raise ApprovalError(
             f"no unspent approval for stage {stage} under {APPROVALS}; create one with "
@@ -320,7 +342,9 @@ def find_approval(root: Path, stage: str, run_id: str | None) -> Approval:
     return unspent[0]
 
 
-def check_gate(root: Path, approval: Approval, stage: str, run_id: str | None) -> tuple[Plan | None, list[Refusal]]:
+def check_gate(
+    root: Path, approval: Approval, stage: str, run_id: str | None
+) -> tuple[Plan | None, list[Refusal]]:
     """Every gate condition, checked; the refusals (empty when the run may start)."""
     root = Path(root)
     data = approval.data
@@ -330,15 +354,19 @@ def check_gate(root: Path, approval: Approval, stage: str, run_id: str | None) -
     plan_file = root / data["plan"]["path"]
     plan = None
     if not plan_file.exists():
-        refusals.append(Refusal("plan-hash", f"the approved plan {data['plan']['path']} does not exist"))
+        refusals.append(
+            Refusal("plan-hash", f"the approved plan {data['plan']['path']} does not exist")
+        )
     else:
         actual = sha256_file(plan_file)
         if actual != data["plan"]["sha256"]:
-            refusals.append(Refusal(
-                "plan-hash",
-                f"{data['plan']['path']} hashes {actual}, the approval binds {data['plan']['sha256']}; "
-                "restore the approved plan, or approve the edited plan under a new run id",
-            ))
+            refusals.append(
+                Refusal(
+                    "plan-hash",
+                    f"{data['plan']['path']} hashes {actual}, the approval binds {data['plan']['sha256']}; "
+                    "restore the approved plan, or approve the edited plan under a new run id",
+                )
+            )
         else:
             plan = load_plan(plan_file)
             try:
@@ -349,61 +377,78 @@ def check_gate(root: Path, approval: Approval, stage: str, run_id: str | None) -
     problems = baseline_problems(root)
     baseline_file = root / BASELINE
     if baseline_file.exists() and sha256_file(baseline_file) != data["baseline"]["sha256"]:
-        problems.insert(0, f"{BASELINE} hashes {sha256_file(baseline_file)}, the approval binds {data['baseline']['sha256']}")
+        problems.insert(
+            0,
+            f"{BASELINE} hashes {sha256_file(baseline_file)}, the approval binds {data['baseline']['sha256']}",
+        )
     if problems:
-        refusals.append(Refusal(
-            "baseline",
-            "; ".join(problems) + ". Historical files are immutable: restore them from git",
-        ))
+        refusals.append(
+            Refusal(
+                "baseline",
+                "; ".join(problems) + ". Historical files are immutable: restore them from git",
+            )
+        )
 
     dirty = gitrepo.dirty_paths(root)
     if dirty:
-        refusals.append(Refusal(
-            "clean-source",
-            f"the working tree is not clean: {', '.join(dirty[:8])}; commit or remove these changes "
-            f"(the approval record {rel} itself must be committed)",
-        ))
+        refusals.append(
+            Refusal(
+                "clean-source",
+                f"the working tree is not clean: {', '.join(dirty[:8])}; commit or remove these changes "
+                f"(the approval record {rel} itself must be committed)",
+            )
+        )
     anchor = data["source_anchor"]
     head = gitrepo.head_commit(root)
     if not gitrepo.commit_exists(root, anchor) or not gitrepo.is_ancestor(root, anchor, head):
-        refusals.append(Refusal(
-            "clean-source",
-            f"the approval's source anchor {anchor[:12]} is not an ancestor of HEAD {head[:12]}",
-        ))
+        refusals.append(
+            Refusal(
+                "clean-source",
+                f"the approval's source anchor {anchor[:12]} is not an ancestor of HEAD {head[:12]}",
+            )
+        )
     else:
         beyond = [p for p in gitrepo.changed_between(root, anchor, head) if p != rel]
         if beyond:
-            refusals.append(Refusal(
-                "clean-source",
-                f"HEAD {head[:12]} differs from the approved anchor {anchor[:12]} beyond the approval "
-                f"record: {', '.join(beyond[:8])}; only {rel} may differ. Approve the new source under "
-                "a new run id, or check out the approved source",
-            ))
+            refusals.append(
+                Refusal(
+                    "clean-source",
+                    f"HEAD {head[:12]} differs from the approved anchor {anchor[:12]} beyond the approval "
+                    f"record: {', '.join(beyond[:8])}; only {rel} may differ. Approve the new source under "
+                    "a new run id, or check out the approved source",
+                )
+            )
 
     import prereg
 
     own_copy = root / "lib" / "prereg"
     in_use = Path(prereg.__file__).resolve().parent
     if own_copy.is_dir() and in_use != own_copy.resolve():
-        refusals.append(Refusal(
-            "clean-source",
-            f"the prereg package in use is {in_use}, not this checkout's {own_copy}: the approved "
-            "source would not be what runs. Install this checkout (pip install -e .) or set "
-            f"PYTHONPATH={root / 'lib'}",
-        ))
+        refusals.append(
+            Refusal(
+                "clean-source",
+                f"the prereg package in use is {in_use}, not this checkout's {own_copy}: the approved "
+                "source would not be what runs. Install this checkout (pip install -e .) or set "
+                f"PYTHONPATH={root / 'lib'}",
+            )
+        )
 
     if data["stage"] != stage or (run_id is not None and data["run_id"] != run_id):
-        refusals.append(Refusal(
-            "stage-and-run-id",
-            f"the approval {rel} is for stage {data['stage']!r}, run {data['run_id']!r}; the command "
-            f"line asks for stage {stage!r}" + (f", run {run_id!r}" if run_id else ""),
-        ))
+        refusals.append(
+            Refusal(
+                "stage-and-run-id",
+                f"the approval {rel} is for stage {data['stage']!r}, run {data['run_id']!r}; the command "
+                f"line asks for stage {stage!r}" + (f", run {run_id!r}" if run_id else ""),
+            )
+        )
     if has_started(root, data["run_id"]):
-        refusals.append(Refusal(
-            "run-id-unused",
-            f"run id {data['run_id']} has been spent (runs/{data['run_id']}/start.json exists): one "
-            "approval, one run; no retry. Approve a new run id",
-        ))
+        refusals.append(
+            Refusal(
+                "run-id-unused",
+                f"run id {data['run_id']} has been spent (runs/{data['run_id']}/start.json exists): one "
+                "approval, one run; no retry. Approve a new run id",
+            )
+        )
 
     if plan is not None:
         actual_env = provenance.pinned_environment()
@@ -411,12 +456,16 @@ def check_gate(root: Path, approval: Approval, stage: str, run_id: str | None) -
         named = {canonical_json(d) for d in data["deviations"]}
         unnamed = [d for d in now if canonical_json(d) not in named]
         if unnamed:
-            listed = "; ".join(f"{d['field']}: pinned {d['pinned']!r}, here {d['actual']!r}" for d in unnamed)
-            refusals.append(Refusal(
-                "environment",
-                f"deviations from the plan's pins not named in the approval: {listed}; approve again "
-                "with --accept-deviations on this machine so they are named",
-            ))
+            listed = "; ".join(
+                f"{d['field']}: pinned {d['pinned']!r}, here {d['actual']!r}" for d in unnamed
+            )
+            refusals.append(
+                Refusal(
+                    "environment",
+                    f"deviations from the plan's pins not named in the approval: {listed}; approve again "
+                    "with --accept-deviations on this machine so they are named",
+                )
+            )
 
     problems = input_problems(data["inputs"]) + dependency_problems(root, data["requires"])
     if problems:
@@ -424,18 +473,22 @@ def check_gate(root: Path, approval: Approval, stage: str, run_id: str | None) -
     return plan, refusals
 
 
-def write_refusal(root: Path, approval: Approval | None, stage: str, run_id: str | None,
-                  refusals: list[Refusal]) -> Path:
+def write_refusal(
+    root: Path, approval: Approval | None, stage: str, run_id: str | None, refusals: list[Refusal]
+) -> Path:
     """Record a refusal under runs/refusals/ (it does not spend the run id)."""
     now = datetime.now(timezone.utc)
     name = f"{run_id or stage}-{now.strftime('%Y%m%dT%H%M%S%fZ')}.json"
     path = refusals_dir(root) / name
-    write_json(path, {
-        "stage": stage,
-        "run_id": run_id,
-        "approval": None if approval is None else approval.path.relative_to(root).as_posix(),
-        "refused_at": now.isoformat(timespec="seconds"),
-        "head": gitrepo.head_commit(root),
-        "refusals": [{"condition": r.condition, "message": r.message} for r in refusals],
-    })
+    write_json(
+        path,
+        {
+            "stage": stage,
+            "run_id": run_id,
+            "approval": None if approval is None else approval.path.relative_to(root).as_posix(),
+            "refused_at": now.isoformat(timespec="seconds"),
+            "head": gitrepo.head_commit(root),
+            "refusals": [{"condition": r.condition, "message": r.message} for r in refusals],
+        },
+    )
     return path

@@ -24,7 +24,9 @@ COMPRESS_LEVEL = 6
 
 def npy_bytes(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
-    np.lib.format.write_array(buffer, np.ascontiguousarray(array), version=(1, 0), allow_pickle=False)
+    np.lib.format.write_array(
+        buffer, np.ascontiguousarray(array), version=(1, 0), allow_pickle=False
+    )
     return buffer.getvalue()
 
 
@@ -33,7 +35,9 @@ def write_entry(archive: zipfile.ZipFile, name: str, payload: bytes) -> None:
     info.compress_type = zipfile.ZIP_DEFLATED
     info.create_system = 3
     info.external_attr = 0o100644 << 16
-    archive.writestr(info, payload, compress_type=zipfile.ZIP_DEFLATED, compresslevel=COMPRESS_LEVEL)
+    archive.writestr(
+        info, payload, compress_type=zipfile.ZIP_DEFLATED, compresslevel=COMPRESS_LEVEL
+    )
 
 
 def npz_bytes(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | None = None) -> bytes:
@@ -48,7 +52,9 @@ def npz_bytes(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | No
     return buffer.getvalue()
 
 
-def save_npz(path: Path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | None = None) -> None:
+def save_npz(
+    path: Path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | None = None
+) -> None:
     Path(path).write_bytes(npz_bytes(arrays, metadata))
 
 

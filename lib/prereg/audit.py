@@ -54,19 +54,31 @@ def _binding_findings(root: Path, run_dir: Path, manifest: dict) -> list[str]:
     try:
         plan_bytes = gitrepo.show_bytes(root, source, manifest["plan"]["path"])
         if sha256_bytes(plan_bytes) != manifest["plan"]["sha256"]:
-            findings.append(f"{manifest['plan']['path']} at {source[:12]} does not hash as approved")
+            findings.append(
+                f"{manifest['plan']['path']} at {source[:12]} does not hash as approved"
+            )
         committed = gitrepo.show_bytes(root, source, manifest["approval"]["path"])
         if committed != copy.read_bytes():
-            findings.append(f"{manifest['approval']['path']} at {source[:12]} differs from the run's copy")
+            findings.append(
+                f"{manifest['approval']['path']} at {source[:12]} differs from the run's copy"
+            )
     except gitrepo.GitError as err:
         findings.append(str(err))
     anchor = record["source_anchor"]
     if not gitrepo.is_ancestor(root, anchor, source):
-        findings.append(f"source anchor {anchor[:12]} is not an ancestor of the run's commit {source[:12]}")
+        findings.append(
+            f"source anchor {anchor[:12]} is not an ancestor of the run's commit {source[:12]}"
+        )
     else:
-        beyond = [p for p in gitrepo.changed_between(root, anchor, source) if p != manifest["approval"]["path"]]
+        beyond = [
+            p
+            for p in gitrepo.changed_between(root, anchor, source)
+            if p != manifest["approval"]["path"]
+        ]
         if beyond:
-            findings.append(f"the run's source differs from the approved anchor beyond the record: {beyond[:5]}")
+            findings.append(
+                f"the run's source differs from the approved anchor beyond the record: {beyond[:5]}"
+            )
     return findings
 
 
@@ -84,8 +96,13 @@ def audit_run(root: Path, run_dir: Path, *, replay: bool = True) -> list[str]:
         plan = _plan_from_bytes(root, manifest["plan"]["path"], plan_bytes)
         kind = load_kind(plan.stage(manifest["stage"])["kind"])
         if kind.replay is not None:
-            view = RunView(root=root, run_dir=run_dir, plan=plan, stage=manifest["stage"],
-                           items=tuple(manifest["items"]))
+            view = RunView(
+                root=root,
+                run_dir=run_dir,
+                plan=plan,
+                stage=manifest["stage"],
+                items=tuple(manifest["items"]),
+            )
             findings += kind.replay(view)
     return findings
 
@@ -117,4 +134,3 @@ def audit_run_cached(root: Path, run_dir: Path) -> list[str]:
     findings = audit_run(root, run_dir)
     write_json(store, {"manifest_sha256": digest, "findings": findings})
     return findings
-

@@ -36,8 +36,12 @@ def cmd_approve(args: argparse.Namespace) -> int:
     plan_path = Path(args.plan) if args.plan else _default_plan(root, args.stage)
     try:
         path = create_approval(
-            root, stage=args.stage, run_id=args.run_id, plan_path=plan_path,
-            inputs=_pairs(args.input, "--input"), use_runs=_pairs(args.use_run, "--use-run"),
+            root,
+            stage=args.stage,
+            run_id=args.run_id,
+            plan_path=plan_path,
+            inputs=_pairs(args.input, "--input"),
+            use_runs=_pairs(args.use_run, "--use-run"),
             accept_deviations=args.accept_deviations,
         )
     except (ApprovalError, SchemaError, FileNotFoundError, KeyError) as err:
@@ -62,7 +66,9 @@ def _default_plan(root: Path, stage: str) -> Path:
     for rel in ini.get("pytest", "prereg_plans", fallback="").split():
         if stage in load_plan(root / rel).stages:
             return Path(rel)
-    raise SystemExit(f"prereg approve: no plan in pytest.ini's prereg_plans has a stage {stage!r}; pass --plan")
+    raise SystemExit(
+        f"prereg approve: no plan in pytest.ini's prereg_plans has a stage {stage!r}; pass --plan"
+    )
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -79,8 +85,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
         for finding in findings:
             print(f"  - {finding}")
         return 1
-    print(f"audit of {run_dir.name}: clean (run status: {status}"
-          f"{'' if args.no_replay else ', replay included'})")
+    print(
+        f"audit of {run_dir.name}: clean (run status: {status}"
+        f"{'' if args.no_replay else ', replay included'})"
+    )
     return 0
 
 
@@ -89,18 +97,25 @@ def cmd_runs(args: argparse.Namespace) -> int:
     rows = []
     for run in all_runs(root):
         m = run.manifest or {}
-        rows.append({
-            "run_id": run.run_id, "stage": run.stage, "status": run.status,
-            "started_at": m.get("started_at"), "elapsed_seconds": m.get("elapsed_seconds"),
-        })
+        rows.append(
+            {
+                "run_id": run.run_id,
+                "stage": run.stage,
+                "status": run.status,
+                "started_at": m.get("started_at"),
+                "elapsed_seconds": m.get("elapsed_seconds"),
+            }
+        )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
         print("no runs under runs/")
     for r in rows:
-        print(f"{r['run_id']:<40} {r['stage'] or '?':<22} {r['status']:<12} "
-              f"{r['started_at'] or '-':<30} {r['elapsed_seconds'] if r['elapsed_seconds'] is not None else '-'}")
+        print(
+            f"{r['run_id']:<40} {r['stage'] or '?':<22} {r['status']:<12} "
+            f"{r['started_at'] or '-':<30} {r['elapsed_seconds'] if r['elapsed_seconds'] is not None else '-'}"
+        )
     return 0
 
 
@@ -117,13 +132,28 @@ def build_parser() -> argparse.ArgumentParser:
     approve = sub.add_parser("approve", help="write a one-run approval record from the clean HEAD")
     approve.add_argument("--stage", required=True)
     approve.add_argument("--run-id", required=True, help="<stage>-YYYYMMDD-NNN")
-    approve.add_argument("--plan", help="plan file (default: the plan in pytest.ini naming the stage)")
-    approve.add_argument("--input", action="append", default=[], metavar="NAME=PATH",
-                         help="an input the stage binds (a file by SHA-256, a git repository by HEAD)")
-    approve.add_argument("--use-run", action="append", default=[], metavar="STAGE=RUN_ID",
-                         help="the run of a required stage to consume (default: its latest complete run)")
-    approve.add_argument("--accept-deviations", action="store_true",
-                         help="name this machine's deviations from the plan's environment pins in the record")
+    approve.add_argument(
+        "--plan", help="plan file (default: the plan in pytest.ini naming the stage)"
+    )
+    approve.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="an input the stage binds (a file by SHA-256, a git repository by HEAD)",
+    )
+    approve.add_argument(
+        "--use-run",
+        action="append",
+        default=[],
+        metavar="STAGE=RUN_ID",
+        help="the run of a required stage to consume (default: its latest complete run)",
+    )
+    approve.add_argument(
+        "--accept-deviations",
+        action="store_true",
+        help="name this machine's deviations from the plan's environment pins in the record",
+    )
     approve.set_defaults(func=cmd_approve)
 
     audit = sub.add_parser("audit", help="verify a run's hashes and binding, and replay it")
@@ -135,7 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--json", action="store_true")
     runs.set_defaults(func=cmd_runs)
 
-    demo = sub.add_parser("demo", help="run every stage end to end at demo scale in a scratch clone")
+    demo = sub.add_parser(
+        "demo", help="run every stage end to end at demo scale in a scratch clone"
+    )
     demo.add_argument("--keep", action="store_true", help="keep earlier demo clones")
     demo.set_defaults(func=cmd_demo)
     return parser

@@ -41,8 +41,7 @@ class DemoFailed(RuntimeError):
 
 def _run(cmd: list[str], cwd: Path, env: dict, *, quiet: bool = False) -> None:
     print(f"\n$ {' '.join(cmd)}", flush=True)
-    done = subprocess.run(cmd, cwd=cwd, env=env, text=True,
-                          capture_output=quiet)
+    done = subprocess.run(cmd, cwd=cwd, env=env, text=True, capture_output=quiet, check=False)
     if done.returncode != 0:
         if quiet:
             print(done.stdout, done.stderr, sep="\n")
@@ -52,7 +51,9 @@ def _run(cmd: list[str], cwd: Path, env: dict, *, quiet: bool = False) -> None:
 def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = None) -> int:
     steps = steps if steps is not None else _steps()
     if gitrepo.dirty_paths(root):
-        print("prereg demo: note: the demo runs the committed HEAD; uncommitted changes are not included")
+        print(
+            "prereg demo: note: the demo runs the committed HEAD; uncommitted changes are not included"
+        )
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = root / "demo-output" / stamp
     clone = out / "repo"
@@ -61,7 +62,9 @@ def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = N
     gitrepo.git(clone, "config", "user.name", "prereg demo")
     gitrepo.git(clone, "config", "user.email", "demo@prereg.invalid")
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(clone / "lib") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(clone / "lib") + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     py = sys.executable
     day = datetime.now(timezone.utc).strftime("%Y%m%d")
@@ -72,14 +75,32 @@ def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = N
             run_id = f"{step.stage}-{day}-001"
             print(f"\n=== stage {step.stage} (run {run_id}, plan {step.plan}) ===", flush=True)
             inputs = step.prepare(out) if step.prepare else {}
-            approve = [py, "-m", "prereg.cli", "approve", "--stage", step.stage, "--run-id", run_id,
-                       "--plan", step.plan, "--accept-deviations"]
+            approve = [
+                py,
+                "-m",
+                "prereg.cli",
+                "approve",
+                "--stage",
+                step.stage,
+                "--run-id",
+                run_id,
+                "--plan",
+                step.plan,
+                "--accept-deviations",
+            ]
             for name, path in inputs.items():
                 approve += ["--input", f"{name}={path}"]
             _run(approve, clone, env)
             _run(["git", "add", "plans/approvals"], clone, env, quiet=True)
             _run(["git", "commit", "-q", "-m", f"Approve {run_id}"], clone, env, quiet=True)
-            pytest_cmd = [py, "-m", "pytest", f"--research-stage={step.stage}", "-p", "no:cacheprovider"]
+            pytest_cmd = [
+                py,
+                "-m",
+                "pytest",
+                f"--research-stage={step.stage}",
+                "-p",
+                "no:cacheprovider",
+            ]
             if step.workers > 1:
                 pytest_cmd += ["-n", str(step.workers)]
             _run(pytest_cmd, clone, env)

@@ -42,7 +42,9 @@ def changed_between(root: Path, old: str, new: str) -> list[str]:
 
 def is_ancestor(root: Path, old: str, new: str) -> bool:
     done = subprocess.run(
-        ["git", "-C", str(root), "merge-base", "--is-ancestor", old, new], capture_output=True
+        ["git", "-C", str(root), "merge-base", "--is-ancestor", old, new],
+        capture_output=True,
+        check=False,
     )
     return done.returncode == 0
 
@@ -50,7 +52,9 @@ def is_ancestor(root: Path, old: str, new: str) -> bool:
 def commit_exists(root: Path, commit: str) -> bool:
     return (
         subprocess.run(
-            ["git", "-C", str(root), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True
+            ["git", "-C", str(root), "cat-file", "-e", f"{commit}^{{commit}}"],
+            capture_output=True,
+            check=False,
         ).returncode
         == 0
     )

@@ -35,20 +35,31 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def write_start_record(run_dir: Path, *, stage: str, run_id: str, approval_path: Path,
-                       plan_sha256: str, started_at: str, root: Path) -> None:
+def write_start_record(
+    run_dir: Path,
+    *,
+    stage: str,
+    run_id: str,
+    approval_path: Path,
+    plan_sha256: str,
+    started_at: str,
+    root: Path,
+) -> None:
     """Spend the run id: from now on this approval cannot be used again."""
     run_dir.mkdir(parents=True, exist_ok=False)
     shutil.copyfile(approval_path, run_dir / APPROVAL_COPY)
-    write_json(run_dir / START_RECORD, {
-        "stage": stage,
-        "run_id": run_id,
-        "started_at": started_at,
-        "source_commit": gitrepo.head_commit(root),
-        "plan_sha256": plan_sha256,
-        "approval_sha256": sha256_file(approval_path),
-        "host": socket.gethostname(),
-    })
+    write_json(
+        run_dir / START_RECORD,
+        {
+            "stage": stage,
+            "run_id": run_id,
+            "started_at": started_at,
+            "source_commit": gitrepo.head_commit(root),
+            "plan_sha256": plan_sha256,
+            "approval_sha256": sha256_file(approval_path),
+            "host": socket.gethostname(),
+        },
+    )
 
 
 def append_item(run_dir: Path, entry: dict) -> None:
@@ -71,9 +82,21 @@ def environment(plugins: list[str], imported: dict[str, str], threads: dict) -> 
     }
 
 
-def build_manifest(*, run_dir: Path, start: dict, approval: dict, plan_path: str, stage_spec: dict,
-                   items: list[dict], expected: list[str], reasons: list[str], ended_at: str,
-                   elapsed: float, env: dict, workers: int) -> dict:
+def build_manifest(
+    *,
+    run_dir: Path,
+    start: dict,
+    approval: dict,
+    plan_path: str,
+    stage_spec: dict,
+    items: list[dict],
+    expected: list[str],
+    reasons: list[str],
+    ended_at: str,
+    elapsed: float,
+    env: dict,
+    workers: int,
+) -> dict:
     budget = stage_spec["budget_seconds"]
     status = COMPLETE if not reasons else INCOMPLETE
     tracked = {START_RECORD, APPROVAL_COPY, ITEM_LOG, JUNIT}
@@ -88,7 +111,10 @@ def build_manifest(*, run_dir: Path, start: dict, approval: dict, plan_path: str
         "source_commit": start["source_commit"],
         "source_anchor": approval["source_anchor"],
         "plan": {"path": plan_path, "sha256": start["plan_sha256"]},
-        "approval": {"path": f"plans/approvals/{start['run_id']}.json", "sha256": start["approval_sha256"]},
+        "approval": {
+            "path": f"plans/approvals/{start['run_id']}.json",
+            "sha256": start["approval_sha256"],
+        },
         "baseline_sha256": approval["baseline"]["sha256"],
         "seed_namespace": approval["seed_namespace"],
         "deviations": approval["deviations"],

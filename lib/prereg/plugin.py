@@ -55,17 +55,23 @@ class Settings:
 
 SETTINGS = pytest.StashKey[Settings]()
 ITEM_RECORD = pytest.StashKey[dict]()
-PEAK_RESET = pytest.StashKey[bool]()
+PEAK = pytest.StashKey[provenance.PeakScope]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("prereg", "preregistered research stages")
     group.addoption(
-        STAGE_OPTION, dest="research_stage", default=None, metavar="NAME",
+        STAGE_OPTION,
+        dest="research_stage",
+        default=None,
+        metavar="NAME",
         help="run the items of one research stage, behind its committed approval record",
     )
     group.addoption(
-        RUN_ID_OPTION, dest="prereg_run_id", default=None, metavar="RUN_ID",
+        RUN_ID_OPTION,
+        dest="prereg_run_id",
+        default=None,
+        metavar="RUN_ID",
         help="the approved run id to use (default: the stage's only unspent approval)",
     )
     parser.addini("prereg_plans", type="linelist", help="plan files whose stages are known")
@@ -127,7 +133,9 @@ def _resolve_research_run(config: pytest.Config, root: Path) -> Settings:
         record = approvals.find_approval(root, stage, run_id)
     except (approvals.ApprovalError, ValueError) as err:
         if run_id is not None:
-            approvals.write_refusal(root, None, stage, run_id, [approvals.Refusal("approval", str(err))])
+            approvals.write_refusal(
+                root, None, stage, run_id, [approvals.Refusal("approval", str(err))]
+            )
         raise pytest.UsageError(f"research stage {stage} refused: {err}") from None
     plan_path = record.data["plan"]["path"]
     try:
@@ -140,9 +148,15 @@ def _resolve_research_run(config: pytest.Config, root: Path) -> Settings:
     if not config.option.xmlpath:
         config.option.xmlpath = str(run_dir(root, record.run_id) / "junit.xml")
     return Settings(
-        root=str(root), stage=stage, run_id=record.run_id, approval_path=str(record.path),
-        plan_path=plan_path, plan_sha256=record.data["plan"]["sha256"], module=spec["module"],
-        threads=threads, seed_namespace=spec.get("seed_namespace"),
+        root=str(root),
+        stage=stage,
+        run_id=record.run_id,
+        approval_path=str(record.path),
+        plan_path=plan_path,
+        plan_sha256=record.data["plan"]["sha256"],
+        module=spec["module"],
+        threads=threads,
+        seed_namespace=spec.get("seed_namespace"),
     )
 
 
@@ -190,7 +204,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     settings = item.config.stash[SETTINGS]
     if settings.research:
         item.stash[ITEM_RECORD] = {"nodeid": item.nodeid, "output_dir": _item_dir_name(item)}
-        item.stash[PEAK_RESET] = provenance.reset_peak_rss()
+        item.stash[PEAK] = provenance.PeakScope().start()
 
 
 @pytest.fixture(scope="session")
@@ -215,8 +229,13 @@ def research(request: pytest.FixtureRequest, _prereg_plan: dict) -> ItemContext:
     outputs = run_dir(Path(settings.root), settings.run_id) / ITEMS_DIR / record["output_dir"]
     outputs.mkdir(parents=True, exist_ok=False)
     context = ItemContext(
-        stage=settings.stage, run_id=settings.run_id, plan=_prereg_plan, outputs=outputs,
-        seed_namespace=settings.seed_namespace, deadline=settings.deadline, record=record,
+        stage=settings.stage,
+        run_id=settings.run_id,
+        plan=_prereg_plan,
+        outputs=outputs,
+        seed_namespace=settings.seed_namespace,
+        deadline=settings.deadline,
+        record=record,
     )
     context.check_budget()
     record["thread_settings"] = provenance.apply_thread_limits(settings.threads)
@@ -231,9 +250,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         settings = item.config.stash[SETTINGS]
         outputs = run_dir(Path(settings.root), settings.run_id) / ITEMS_DIR / record["output_dir"]
         record["outputs"] = file_entries(outputs) if outputs.exists() else []
-        record["peak_rss_bytes"], record["peak_rss_scope"] = provenance.peak_rss(
-            item.stash.get(PEAK_RESET, False)
-        )
+        record["peak_rss_bytes"], record["peak_rss_scope"] = item.stash[PEAK].stop()
         if call.excinfo is not None and call.excinfo.errisinstance(BudgetExceeded):
             record["budget_exceeded"] = True
         report.user_properties.append((PROPERTY, json.dumps(record, sort_keys=True)))
@@ -273,9 +290,13 @@ class Controller:
         self.session = session
         settings = self.settings
         record = approvals.load_approval(Path(settings.approval_path))
-        plan, refusals = approvals.check_gate(self.root, record, settings.stage, self.config.option.prereg_run_id)
+        plan, refusals = approvals.check_gate(
+            self.root, record, settings.stage, self.config.option.prereg_run_id
+        )
         if refusals:
-            where = approvals.write_refusal(self.root, record, settings.stage, record.run_id, refusals)
+            where = approvals.write_refusal(
+                self.root, record, settings.stage, record.run_id, refusals
+            )
             raise pytest.UsageError(
                 f"research stage {settings.stage} refused (run {record.run_id}; the run id is not "
                 f"spent; refusal recorded in {where.relative_to(self.root)}):\n  "
@@ -289,12 +310,19 @@ class Controller:
         self.started = time.time()
         self.started_at = manifest.utc_now()
         manifest.write_start_record(
-            self.run_dir, stage=settings.stage, run_id=record.run_id, approval_path=record.path,
-            plan_sha256=record.data["plan"]["sha256"], started_at=self.started_at, root=self.root,
+            self.run_dir,
+            stage=settings.stage,
+            run_id=record.run_id,
+            approval_path=record.path,
+            plan_sha256=record.data["plan"]["sha256"],
+            started_at=self.started_at,
+            root=self.root,
         )
         self.approval = record
         deadline = self.started + spec["budget_seconds"] if spec["budget_enforced"] else None
-        self.settings = settings = Settings(**{**asdict(settings), "deadline": deadline, "gate_passed": True})
+        self.settings = settings = Settings(
+            **{**asdict(settings), "deadline": deadline, "gate_passed": True}
+        )
         self.config.stash[SETTINGS] = settings
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
 
@@ -319,7 +347,9 @@ class Controller:
         self.expected = [item.nodeid for item in session.items]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        entry = self.entries.setdefault(report.nodeid, {"nodeid": report.nodeid, "phases": {}, "elapsed_seconds": 0.0})
+        entry = self.entries.setdefault(
+            report.nodeid, {"nodeid": report.nodeid, "phases": {}, "elapsed_seconds": 0.0}
+        )
         entry["phases"][report.when] = report.outcome
         entry["elapsed_seconds"] = round(entry["elapsed_seconds"] + report.duration, 6)
         for name, value in report.user_properties:
@@ -360,7 +390,7 @@ class Controller:
         if not reasons and self.kind.summarise is not None:
             try:
                 self.kind.summarise(self.view(items))
-            except Exception:
+            except Exception:  # noqa: BLE001 -- any failure of the summary makes the stage incomplete
                 reasons.append("the stage summary failed:\n" + traceback.format_exc())
         imported = {}
         for data in self.worker_data or [{"packages_imported": provenance.imported_packages()}]:
@@ -368,15 +398,25 @@ class Controller:
         env = manifest.environment(
             plugins=[name for name, _ in self.config.pluginmanager.list_name_plugin() if name],
             imported=imported,
-            threads={"threads_per_worker": self.settings.threads,
-                     "per_item": "see items[].thread_settings"},
+            threads={
+                "threads_per_worker": self.settings.threads,
+                "per_item": "see items[].thread_settings",
+            },
         )
         start = read_json(self.run_dir / START_RECORD, what="start record")
         data = manifest.build_manifest(
-            run_dir=self.run_dir, start=start, approval=self.approval.data,
-            plan_path=self.settings.plan_path, stage_spec=self.plan.stage(self.settings.stage),
-            items=items, expected=self.expected, reasons=reasons,
-            ended_at=manifest.utc_now(), elapsed=elapsed, env=env, workers=self.workers,
+            run_dir=self.run_dir,
+            start=start,
+            approval=self.approval.data,
+            plan_path=self.settings.plan_path,
+            stage_spec=self.plan.stage(self.settings.stage),
+            items=items,
+            expected=self.expected,
+            reasons=reasons,
+            ended_at=manifest.utc_now(),
+            elapsed=elapsed,
+            env=env,
+            workers=self.workers,
         )
         manifest.write_manifest(self.run_dir, data)
         self.status = data["status"]
@@ -386,13 +426,23 @@ class Controller:
     def view(self, items: list[dict]):
         from prereg.stages import RunView
 
-        return RunView(root=self.root, run_dir=self.run_dir, plan=self.plan, stage=self.settings.stage, items=tuple(items))
+        return RunView(
+            root=self.root,
+            run_dir=self.run_dir,
+            plan=self.plan,
+            stage=self.settings.stage,
+            items=tuple(items),
+        )
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.started:
-            terminalreporter.write_sep("=", f"prereg: run {self.settings.run_id} {getattr(self, 'status', '?')}")
+            terminalreporter.write_sep(
+                "=", f"prereg: run {self.settings.run_id} {getattr(self, 'status', '?')}"
+            )
             terminalreporter.write_line(f"manifest: {self.run_dir / 'manifest.json'}")
-            terminalreporter.write_line(f"audit it: prereg audit {self.run_dir.relative_to(self.root)}")
+            terminalreporter.write_line(
+                f"audit it: prereg audit {self.run_dir.relative_to(self.root)}"
+            )
 
 
 def _outcome(phases: dict[str, str]) -> str:

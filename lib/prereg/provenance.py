@@ -24,7 +24,7 @@ THREAD_VARIABLES = (
     "NUMEXPR_NUM_THREADS",
 )
 
-ITEM_SCOPE = "item (VmHWM reset before the item via /proc/self/clear_refs)"
+ITEM_SCOPE = "own peak (VmHWM reset at the start via /proc/self/clear_refs)"
 LIFETIME_SCOPE = "process lifetime high-water mark (getrusage ru_maxrss)"
 
 
@@ -113,8 +113,18 @@ def apply_thread_limits(threads: int) -> dict:
     return settings
 
 
-def reset_peak_rss() -> bool:
-    """Reset this process's RSS high-water mark; False where the OS does not allow it."""
+def _read_hwm() -> int | None:
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _reset_hwm() -> bool:
     try:
         with open("/proc/self/clear_refs", "w") as handle:
             handle.write("5")
@@ -123,16 +133,49 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def peak_rss(reset_done: bool) -> tuple[int, str]:
-    """(bytes, scope) of the peak resident set since the reset, or over the process lifetime."""
-    if reset_done:
-        try:
-            with open("/proc/self/status") as handle:
-                for line in handle:
-                    if line.startswith("VmHWM:"):
-                        return int(line.split()[1]) * 1024, ITEM_SCOPE
-        except OSError:
-            pass
+def _lifetime_peak() -> int:
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    factor = 1 if sys.platform == "darwin" else 1024
-    return maxrss * factor, LIFETIME_SCOPE
+    return maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+_open_scopes: list[PeakScope] = []
+
+
+class PeakScope:
+    """The peak resident set of a stretch of work (an item, or one fit inside an item).
+
+    Scopes nest: opening an inner scope resets the kernel's high-water mark, so the
+    outer scope first folds the peak it has seen so far into its own record. Use as a
+    context manager, or :meth:`start` / :meth:`stop`. ``bytes`` and ``scope`` are set
+    by :meth:`stop`.
+    """
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.exact = False
+        self.bytes: int | None = None
+        self.scope: str | None = None
+
+    def start(self) -> PeakScope:
+        current = _read_hwm()
+        if _open_scopes and current is not None:
+            _open_scopes[-1].seen = max(_open_scopes[-1].seen, current)
+        self.exact = _reset_hwm() and current is not None
+        _open_scopes.append(self)
+        return self
+
+    def stop(self) -> tuple[int, str]:
+        if self in _open_scopes:
+            _open_scopes.remove(self)
+        current = _read_hwm() if self.exact else None
+        if current is not None:
+            self.bytes, self.scope = max(self.seen, current), ITEM_SCOPE
+        else:
+            self.bytes, self.scope = _lifetime_peak(), LIFETIME_SCOPE
+        return self.bytes, self.scope
+
+    def __enter__(self) -> PeakScope:  # noqa: PYI034
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

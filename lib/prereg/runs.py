@@ -80,7 +80,5 @@ def all_runs(root: Path) -> list[RunState]:
     if not base.exists():
         return []
     return [
-        run_state(p)
-        for p in sorted(base.iterdir())
-        if p.is_dir() and (p / START_RECORD).exists()
+        run_state(p) for p in sorted(base.iterdir()) if p.is_dir() and (p / START_RECORD).exists()
     ]

@@ -60,7 +60,9 @@ def validate(value: Any, schema: Any, *, source: str, path: str = "") -> None:
         if schema is float:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not ok:
-            raise SchemaError(f"{where} must be {_TYPE_NAMES.get(schema, schema.__name__)}, got {value!r}")
+            raise SchemaError(
+                f"{where} must be {_TYPE_NAMES.get(schema, schema.__name__)}, got {value!r}"
+            )
         return
     if isinstance(schema, list):
         if not isinstance(value, list):

@@ -37,13 +37,32 @@ SUMMARY_TIMING = "benchmark_cpu.timing.json"
 SUMMARY_TEXT = "SUMMARY.md"
 
 PARAMETERS = {
-    "simulation": {"n": [int], "laws": [str], "rho": [float], "within_fraction": [float],
-                   "trials": int, "decision_sd": float, "width_quantiles": [float]},
-    "monte_carlo_bound": {"familywise_alpha": float, "statements": int, "sided": OneOf(("one-sided upper",)),
-                          "method": OneOf(("clopper-pearson",))},
+    "simulation": {
+        "n": [int],
+        "laws": [str],
+        "rho": [float],
+        "within_fraction": [float],
+        "trials": int,
+        "decision_sd": float,
+        "width_quantiles": [float],
+    },
+    "monte_carlo_bound": {
+        "familywise_alpha": float,
+        "statements": int,
+        "sided": OneOf(("one-sided upper",)),
+        "method": OneOf(("clopper-pearson",)),
+    },
     "eligibility": {"minimum_n": int, "max_coverage_failure_upper": float},
-    "bootstrap_benchmark": {"n": [int], "laws": [str], "within_fraction": [float], "rho": float,
-                            "trials": int, "draws": int, "episodes": int, "caveat": str},
+    "bootstrap_benchmark": {
+        "n": [int],
+        "laws": [str],
+        "within_fraction": [float],
+        "rho": float,
+        "trials": int,
+        "draws": int,
+        "episodes": int,
+        "caveat": str,
+    },
 }
 
 
@@ -53,14 +72,23 @@ def _params(plan: dict) -> dict:
 
 def simulation_cells(plan: dict) -> list[SimulationCell]:
     sim = _params(plan)["simulation"]
-    return [SimulationCell(n=n, law=law, rho=rho, within_fraction=f)
-            for n in sim["n"] for law in sim["laws"] for rho in sim["rho"] for f in sim["within_fraction"]]
+    return [
+        SimulationCell(n=n, law=law, rho=rho, within_fraction=f)
+        for n in sim["n"]
+        for law in sim["laws"]
+        for rho in sim["rho"]
+        for f in sim["within_fraction"]
+    ]
 
 
 def bootstrap_cells(plan: dict) -> list[BootstrapCell]:
     bench = _params(plan)["bootstrap_benchmark"]
-    return [BootstrapCell(n=n, law=law, within_fraction=f)
-            for n in bench["n"] for law in bench["laws"] for f in bench["within_fraction"]]
+    return [
+        BootstrapCell(n=n, law=law, within_fraction=f)
+        for n in bench["n"]
+        for law in bench["laws"]
+        for f in bench["within_fraction"]
+    ]
 
 
 def simulation_id(cell: SimulationCell) -> str:
@@ -84,9 +112,13 @@ def simulation_settings(plan: dict) -> CalibrationSettings:
     params = _params(plan)
     sim, bound = params["simulation"], params["monte_carlo_bound"]
     return CalibrationSettings(
-        trials=sim["trials"], contrasts=decision["family_size"], alpha=decision["familywise_alpha"],
-        primary_inflation=decision["primary_inflation"], report_inflation=decision["report_inflation"],
-        margin=decision["margin_nats"], decision_sd=sim["decision_sd"],
+        trials=sim["trials"],
+        contrasts=decision["family_size"],
+        alpha=decision["familywise_alpha"],
+        primary_inflation=decision["primary_inflation"],
+        report_inflation=decision["report_inflation"],
+        margin=decision["margin_nats"],
+        decision_sd=sim["decision_sd"],
         mc_alpha=bound["familywise_alpha"] / bound["statements"],
         width_quantiles=tuple(sim["width_quantiles"]),
     )
@@ -95,8 +127,13 @@ def simulation_settings(plan: dict) -> CalibrationSettings:
 def bootstrap_settings(plan: dict) -> BootstrapSettings:
     decision = plan["parameters"]["decision"]
     bench = _params(plan)["bootstrap_benchmark"]
-    return BootstrapSettings(trials=bench["trials"], draws=bench["draws"], episodes=bench["episodes"],
-                             contrasts=decision["family_size"], alpha=decision["familywise_alpha"])
+    return BootstrapSettings(
+        trials=bench["trials"],
+        draws=bench["draws"],
+        episodes=bench["episodes"],
+        contrasts=decision["family_size"],
+        alpha=decision["familywise_alpha"],
+    )
 
 
 def validate_plan(plan, stage: str) -> None:
@@ -105,8 +142,10 @@ def validate_plan(plan, stage: str) -> None:
     statements = plan.stage(stage)["parameters"]["monte_carlo_bound"]["statements"]
     cells = len(simulation_cells(plan.data))
     if statements != cells:
-        raise ValueError(f"{source}.monte_carlo_bound.statements is {statements}, but the grid has {cells} "
-                         "simulation cells: the simultaneous bound must cover every cell")
+        raise ValueError(
+            f"{source}.monte_carlo_bound.statements is {statements}, but the grid has {cells} "
+            "simulation cells: the simultaneous bound must cover every cell"
+        )
 
 
 # -- items ------------------------------------------------------------------------------
@@ -137,13 +176,21 @@ def eligibility_table(plan: dict, records: list[dict]) -> list[dict]:
     rule = _params(plan)["eligibility"]
     rows = []
     for n in _params(plan)["simulation"]["n"]:
-        bounds = [r["figures"]["inflated"]["coverage_failure_cp_upper"] for r in records if r["cell"]["n"] == n]
+        bounds = [
+            r["figures"]["inflated"]["coverage_failure_cp_upper"]
+            for r in records
+            if r["cell"]["n"] == n
+        ]
         worst = max(bounds)
-        rows.append({
-            "n": n, "cells": len(bounds), "max_cp_upper_inflated": worst,
-            "all_cells_within_threshold": worst <= rule["max_coverage_failure_upper"],
-            "eligible": n >= rule["minimum_n"] and worst <= rule["max_coverage_failure_upper"],
-        })
+        rows.append(
+            {
+                "n": n,
+                "cells": len(bounds),
+                "max_cp_upper_inflated": worst,
+                "all_cells_within_threshold": worst <= rule["max_coverage_failure_upper"],
+                "eligible": n >= rule["minimum_n"] and worst <= rule["max_coverage_failure_upper"],
+            }
+        )
     return rows
 
 
@@ -154,22 +201,30 @@ def build_summary(plan: dict, sim_records: list[dict], boot_records: list[dict])
     cells = []
     for r in sim_records:
         infl, unin = r["figures"]["inflated"], r["figures"]["uninflated"]
-        cells.append({
-            "cell": r["cell"],
-            "inflated_coverage_failure_rate": infl["coverage_failure_rate"],
-            "inflated_coverage_failure_mc_se": infl["coverage_failure_mc_se"],
-            "inflated_coverage_failure_cp_upper": infl["coverage_failure_cp_upper"],
-            "uninflated_coverage_failure_rate": unin["coverage_failure_rate"],
-            "uninflated_coverage_failure_cp_upper": unin["coverage_failure_cp_upper"],
-            "decisions_inflated_any_of_family": {k: v["any_rate"] for k, v in infl["decisions"].items()},
-            "width_mean_inflated": infl["width_mean"], "width_mean_uninflated": unin["width_mean"],
-        })
+        cells.append(
+            {
+                "cell": r["cell"],
+                "inflated_coverage_failure_rate": infl["coverage_failure_rate"],
+                "inflated_coverage_failure_mc_se": infl["coverage_failure_mc_se"],
+                "inflated_coverage_failure_cp_upper": infl["coverage_failure_cp_upper"],
+                "uninflated_coverage_failure_rate": unin["coverage_failure_rate"],
+                "uninflated_coverage_failure_cp_upper": unin["coverage_failure_cp_upper"],
+                "decisions_inflated_any_of_family": {
+                    k: v["any_rate"] for k, v in infl["decisions"].items()
+                },
+                "width_mean_inflated": infl["width_mean"],
+                "width_mean_uninflated": unin["width_mean"],
+            }
+        )
     benchmark = [{"cell": r["cell"], "methods": r["figures"]} for r in boot_records]
     return {
         "stage": "calibration",
         "plan_id": plan["plan_id"],
-        "eligibility_rule": {**params["eligibility"], "bound": bound,
-                             "bound_level": bound["familywise_alpha"] / bound["statements"]},
+        "eligibility_rule": {
+            **params["eligibility"],
+            "bound": bound,
+            "bound_level": bound["familywise_alpha"] / bound["statements"],
+        },
         "eligibility_by_n": table,
         "eligible_counts": [row["n"] for row in table if row["eligible"]],
         "simulation_cells": cells,
@@ -187,29 +242,56 @@ def _records(view: RunView) -> tuple[list[dict], list[dict], list[dict]]:
             sims.append(record)
         else:
             boots.append(record)
-            timings.append({"cell": record["cell"], "cpu_seconds": view.load_item_json(item, TIMING)["cpu_seconds"]})
-    order = {json.dumps(c.__dict__, sort_keys=True): i for i, c in enumerate(simulation_cells(view.plan.data))}
+            timings.append(
+                {
+                    "cell": record["cell"],
+                    "cpu_seconds": view.load_item_json(item, TIMING)["cpu_seconds"],
+                }
+            )
+    order = {
+        json.dumps(c.__dict__, sort_keys=True): i
+        for i, c in enumerate(simulation_cells(view.plan.data))
+    }
     sims.sort(key=lambda r: order[json.dumps(r["cell"], sort_keys=True)])
-    border = {json.dumps(c.__dict__, sort_keys=True): i for i, c in enumerate(bootstrap_cells(view.plan.data))}
+    border = {
+        json.dumps(c.__dict__, sort_keys=True): i
+        for i, c in enumerate(bootstrap_cells(view.plan.data))
+    }
     boots.sort(key=lambda r: border[json.dumps(r["cell"], sort_keys=True)])
     timings.sort(key=lambda r: border[json.dumps(r["cell"], sort_keys=True)])
     return sims, boots, timings
 
 
 def _summary_text(summary: dict) -> str:
-    lines = [f"# Calibration summary ({summary['plan_id']})", "", "## Eligibility by n", "",
-             "| n | cells | max CP upper (inflated) | eligible |", "|---:|---:|---:|---|"]
+    lines = [
+        f"# Calibration summary ({summary['plan_id']})",
+        "",
+        "## Eligibility by n",
+        "",
+        "| n | cells | max CP upper (inflated) | eligible |",
+        "|---:|---:|---:|---|",
+    ]
     for row in summary["eligibility_by_n"]:
-        lines.append(f"| {row['n']} | {row['cells']} | {row['max_cp_upper_inflated']:.5f} | "
-                     f"{'yes' if row['eligible'] else 'no'} |")
-    lines += ["", f"Eligible counts: {summary['eligible_counts'] or 'none'}", "",
-              "## Bootstrap benchmark (coverage failure rate, mean width)", "",
-              "| n | law | f | nested | whole-cluster |", "|---:|---|---:|---|---|"]
+        lines.append(
+            f"| {row['n']} | {row['cells']} | {row['max_cp_upper_inflated']:.5f} | "
+            f"{'yes' if row['eligible'] else 'no'} |"
+        )
+    lines += [
+        "",
+        f"Eligible counts: {summary['eligible_counts'] or 'none'}",
+        "",
+        "## Bootstrap benchmark (coverage failure rate, mean width)",
+        "",
+        "| n | law | f | nested | whole-cluster |",
+        "|---:|---|---:|---|---|",
+    ]
     for row in summary["bootstrap_benchmark"]:
         c, m = row["cell"], row["methods"]
-        lines.append(f"| {c['n']} | {c['law']} | {c['within_fraction']:g} | "
-                     f"{m['nested']['coverage_failure_rate']:.3f}, {m['nested']['width_mean']:.3f} | "
-                     f"{m['whole_cluster']['coverage_failure_rate']:.3f}, {m['whole_cluster']['width_mean']:.3f} |")
+        lines.append(
+            f"| {c['n']} | {c['law']} | {c['within_fraction']:g} | "
+            f"{m['nested']['coverage_failure_rate']:.3f}, {m['nested']['width_mean']:.3f} | "
+            f"{m['whole_cluster']['coverage_failure_rate']:.3f}, {m['whole_cluster']['width_mean']:.3f} |"
+        )
     lines += ["", f"Caveat: {summary['bootstrap_caveat']}", "", f"Scope: {summary['scope']}", ""]
     return "\n".join(lines)
 
@@ -218,7 +300,10 @@ def summarise(view: RunView) -> None:
     sims, boots, timings = _records(view)
     summary = build_summary(view.plan.data, sims, boots)
     write_json(view.summary_dir / SUMMARY, summary)
-    write_json(view.summary_dir / SUMMARY_TIMING, {"non_reproducible": "CPU seconds per method", "cells": timings})
+    write_json(
+        view.summary_dir / SUMMARY_TIMING,
+        {"non_reproducible": "CPU seconds per method", "cells": timings},
+    )
     (view.summary_dir / SUMMARY_TEXT).write_text(_summary_text(summary), encoding="utf-8")
 
 
@@ -232,8 +317,12 @@ def load_summary(run_dir: Path) -> dict:
 def replay(view: RunView) -> list[str]:
     plan = view.plan.data
     namespace = view.plan.stage(view.stage)["seed_namespace"]
-    expected = {f"test_simulation_cell[{simulation_id(c)}]": ("sim", c) for c in simulation_cells(plan)}
-    expected.update({f"test_bootstrap_cell[{bootstrap_id(c)}]": ("boot", c) for c in bootstrap_cells(plan)})
+    expected = {
+        f"test_simulation_cell[{simulation_id(c)}]": ("sim", c) for c in simulation_cells(plan)
+    }
+    expected.update(
+        {f"test_bootstrap_cell[{bootstrap_id(c)}]": ("boot", c) for c in bootstrap_cells(plan)}
+    )
     findings = []
     seen = set()
     for item in view.items:
@@ -245,7 +334,9 @@ def replay(view: RunView) -> list[str]:
         kind, cell = expected[name]
         coords = simulation_coords(cell) if kind == "sim" else bootstrap_coords(cell)
         if item.get("seeds") != [derivation(namespace, *coords)]:
-            findings.append(f"{name}: recorded seeds {item.get('seeds')} are not the plan's derivation")
+            findings.append(
+                f"{name}: recorded seeds {item.get('seeds')} are not the plan's derivation"
+            )
             continue
         record = view.load_item_json(item, FIGURES)
         settings = simulation_settings(plan) if kind == "sim" else bootstrap_settings(plan)
