@@ -1,0 +1,10 @@
+"""Puts this folder on sys.path so checks can import e04_retrieval_standins."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)

@@ -1,0 +1,131 @@
+"""Stand-ins shared by the E04 retrieval checks (not a test module).
+
+``HashingBackend`` is a deterministic, torch-free embedding backend: a bag of
+hashed tokens. ``FakeLMStudio`` behaves like ``lmstudio.Client`` for the calls the
+LM Studio backend makes: its sessions return real SDK handles
+(``lmstudio.EmbeddingModel`` / ``lmstudio.LLM``) whose ``get_info`` and ``embed``
+come back through the session methods the SDK uses (``get_model_info``,
+``_embed``), with real ``EmbeddingModelInstanceInfo`` / ``LlmInstanceInfo``
+records. Methods that could load a model raise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from prereg.e04.embeddings import l2_normalised
+from prereg.e04.tokenize import tokenize
+
+
+class HashingBackend:
+    """Bag of SHA-256-hashed tokens in ``dimension`` buckets plus a constant, L2-normalised."""
+
+    def __init__(self, dimension: int = 32, name: str = "hashing") -> None:
+        self.dimension = dimension
+        self.name = name
+        self.calls: list[list[str]] = []
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "backend": self.name,
+            "model": "hashing",
+            "weights_sha256": "0" * 64,
+            "max_sequence_length": 0,
+            "dimension": self.dimension,
+            "normalisation": "l2",
+            "dtype": "float32",
+            "chunker_version": "test",
+        }
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        out = np.zeros((len(texts), self.dimension))
+        for row, text in enumerate(texts):
+            out[row, 0] = 0.5
+            for token in tokenize(text):
+                bucket = int.from_bytes(hashlib.sha256(token.encode()).digest()[:4], "big")
+                out[row, bucket % self.dimension] += 1.0
+        return l2_normalised(out, expected_dimension=self.dimension, source="HashingBackend")
+
+
+class LoadingForbidden(AssertionError):
+    """The backend called an SDK method that may load a model."""
+
+
+class _FakeSession:
+    def __init__(self, client: FakeLMStudio, namespace: str) -> None:
+        self._client = client
+        self._namespace = namespace
+
+    def list_loaded(self) -> list[Any]:
+        import lmstudio
+
+        self._client.list_calls += 1
+        handle_type = lmstudio.LLM if self._namespace == "llm" else lmstudio.EmbeddingModel
+        return [
+            handle_type(identifier, self)
+            for identifier, (namespace, _key) in self._client.loaded.items()
+            if namespace == self._namespace
+        ]
+
+    def get_model_info(self, identifier: str) -> Any:
+        import lmstudio
+
+        namespace, key = self._client.loaded[identifier]
+        common = {
+            "model_key": key,
+            "format": "gguf",
+            "display_name": key,
+            "path": f"publisher/{key}/{key}.gguf",
+            "size_bytes": 1000,
+            "identifier": identifier,
+            "instance_reference": f"ref-{identifier}",
+            "max_context_length": 8192,
+            "context_length": self._client.context_length,
+        }
+        if namespace == "llm":
+            return lmstudio.LlmInstanceInfo(
+                **common, vision=False, trained_for_tool_use=False
+            )
+        return lmstudio.EmbeddingModelInstanceInfo(**common)
+
+    def _embed(self, identifier: str, texts: Any) -> list[list[float]]:
+        self._client.embed_calls += 1
+        if self._client.during_embed is not None:
+            self._client.during_embed(self._client)
+        vectors = HashingBackend(self._client.dimension).embed(list(texts)) * 3.0
+        return vectors.astype(float).tolist()
+
+    def model(self, *args: Any, **kwargs: Any) -> Any:
+        raise LoadingForbidden(f"{self._namespace}.model{args} may load a model")
+
+    def load_new_instance(self, *args: Any, **kwargs: Any) -> Any:
+        raise LoadingForbidden(f"{self._namespace}.load_new_instance{args} loads a model")
+
+
+class FakeLMStudio:
+    """``loaded`` maps instance identifier -> (namespace, model key)."""
+
+    def __init__(
+        self,
+        loaded: dict[str, tuple[str, str]],
+        *,
+        dimension: int = 16,
+        context_length: int = 512,
+        during_embed: Callable[[FakeLMStudio], None] | None = None,
+    ) -> None:
+        self.loaded = dict(loaded)
+        self.dimension = dimension
+        self.context_length = context_length
+        self.during_embed = during_embed
+        self.list_calls = 0
+        self.embed_calls = 0
+        self.llm = _FakeSession(self, "llm")
+        self.embedding = _FakeSession(self, "embedding")
+
+    def list_loaded_models(self, namespace: str | None = None) -> list[Any]:
+        return [*self.llm.list_loaded(), *self.embedding.list_loaded()]
