@@ -274,6 +274,11 @@ def create_approval(
     if kind.check_inputs is not None:
         kind.check_inputs(plan, stage, {k: Path(v).resolve() for k, v in inputs.items()})
     bound_inputs = {name: bind_input(Path(p)) for name, p in sorted(inputs.items())}
+    if kind.gate_check is not None:
+        draft = {"stage": stage, "run_id": run_id, "requires": requires, "inputs": bound_inputs}
+        problems = kind.gate_check(root, plan, stage, draft)
+        if problems:
+            raise ApprovalError("; ".join(problems))
 
     actual = provenance.pinned_environment()
     deviations = provenance.deviations(plan.data["environment_pins"], actual)
@@ -468,6 +473,10 @@ def check_gate(
             )
 
     problems = input_problems(data["inputs"]) + dependency_problems(root, data["requires"])
+    if plan is not None and not problems:
+        kind = load_kind(plan.stage(stage)["kind"])
+        if kind.gate_check is not None:
+            problems += kind.gate_check(root, plan, stage, data)
     if problems:
         refusals.append(Refusal("inputs", "; ".join(problems)))
     return plan, refusals

@@ -32,6 +32,8 @@ class ItemContext:
     outputs: Path
     seed_namespace: str | None
     deadline: float | None  # wall-clock (time.time()) deadline when the budget is enforced
+    inputs: dict[str, Path] = field(default_factory=dict)  # bound by the approval (--input)
+    required_runs: dict[str, Path] = field(default_factory=dict)  # stage -> run folder consumed
     record: dict = field(default_factory=dict)
 
     @property

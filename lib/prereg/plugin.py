@@ -47,6 +47,8 @@ class Settings:
     seed_namespace: str | None = None
     deadline: float | None = None
     gate_passed: bool = False
+    inputs: dict | None = None  # name -> path, from the approval
+    required_runs: dict | None = None  # stage -> run id, from the approval
 
     @property
     def research(self) -> bool:

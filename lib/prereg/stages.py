@@ -34,6 +34,14 @@ class RunView:
         return self.plan.stage(self.stage)["parameters"]
 
     @property
+    def approval(self) -> dict:
+        """The approval record this run started under (its copy in the run folder)."""
+        return read_json(self.run_dir / "approval.json", what="approval copy")
+
+    def required_run(self, stage: str) -> Path:
+        return self.run_dir.parent / self.approval["requires"][stage]["run_id"]
+
+    @property
     def summary_dir(self) -> Path:
         return self.run_dir / "summary"
 
@@ -53,6 +61,9 @@ class StageKind:
     name: str
     validate: Callable[[object, str], None] = _no_check
     check_inputs: Callable[[object, str, dict[str, Path]], None] | None = None
+    # Checked by the gate and by prereg approve: (root, plan, stage, approval record data) ->
+    # problems; e.g. the confirmatory stage refuses when the frozen config forbids confirmation.
+    gate_check: Callable[[Path, object, str, dict], list[str]] | None = None
     summarise: Callable[[RunView], None] | None = None
     replay: Callable[[RunView], list[str]] | None = None
     doc: str = field(default="")
