@@ -29,6 +29,7 @@ from prereg.stats.calibration import CalibrationSettings, SimulationCell, run_si
 from prereg.stats.calibration_bootstrap import BootstrapCell, BootstrapSettings, run_bootstrap_cell
 from prereg.stats.records import replay_differences, to_record, trial_arrays
 
+STAGE = "calibration"
 FIGURES = "figures.json"
 TRIALS = "trials.npz"
 TIMING = "cpu.timing.json"
@@ -67,7 +68,7 @@ PARAMETERS = {
 
 
 def _params(plan: dict) -> dict:
-    return plan["stages"]["calibration"]["parameters"]
+    return plan["stages"][STAGE]["parameters"]
 
 
 def simulation_cells(plan: dict) -> list[SimulationCell]:

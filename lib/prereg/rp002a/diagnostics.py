@@ -102,6 +102,13 @@ class SecondaryDiagnostics:
                 record[name] = value
         return record
 
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> SecondaryDiagnostics:
+        """Inverse of :meth:`to_record` (for summaries built from saved unit records)."""
+        values = dict(record)
+        values["confidence_bins"] = tuple(ConfidenceBin(**b) for b in record["confidence_bins"])
+        return cls(**values)
+
 
 def confidence_bin_edges(n_bins: int) -> np.ndarray:
     """``[0/n, 1/n, ..., n/n]`` as the floats nearest ``b/n``."""

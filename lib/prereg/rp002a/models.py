@@ -159,12 +159,27 @@ class WindowConvPredictor(nn.Module):
         self.output_conv = nn.Conv1d(sizes.hidden_channels, sizes.n_targets, 1)
 
     def forward(self, observations: Tensor) -> Tensor:
-        """Logits ``[B, T, n_targets]`` for observations ``[B, T]``."""
+        """Logits ``[B, T, n_targets]`` for observations ``[B, T]``.
+
+        The convolutions are evaluated as matrix multiplies over unfolded windows
+        (``[B*T, S*window] @ W.view(C, S*window).T``): the same function as
+        ``Conv1d`` on the left-padded input, several times faster on a CPU thread
+        than the oneDNN convolution backward.
+        """
         x = _one_hot(observations, self.n_symbols).transpose(1, 2)  # [B, S, T]
+        batch, steps = observations.shape
         x = F.pad(x, (self.sizes.window - 1, 0))  # zero "no history" before the start
-        x = torch.relu(self.window_conv(x))
-        x = torch.relu(self.hidden_conv(x))
-        return self.output_conv(x).transpose(1, 2)
+        windows = x.unfold(2, self.sizes.window, 1)  # [B, S, T, window]
+        rows = windows.permute(0, 2, 1, 3).reshape(batch * steps, -1)  # [B*T, S*window]
+        hidden = torch.relu(F.linear(rows, _as_matrix(self.window_conv), self.window_conv.bias))
+        hidden = torch.relu(F.linear(hidden, _as_matrix(self.hidden_conv), self.hidden_conv.bias))
+        logits = F.linear(hidden, _as_matrix(self.output_conv), self.output_conv.bias)
+        return logits.view(batch, steps, self.n_targets)
+
+
+def _as_matrix(conv: nn.Conv1d) -> Tensor:
+    """Conv1d weight ``[out, in, k]`` as ``[out, in*k]`` (in-major, like unfold)."""
+    return conv.weight.reshape(conv.weight.shape[0], -1)
 
 
 class RecurrentPredictor(nn.Module):
@@ -276,8 +291,8 @@ def initialise_parameters(model: nn.Module, generator: torch.Generator) -> None:
 def build_model(
     kind: str,
     sizes: Sizes | Mapping[str, Any],
-    *,
     implementation: str | None = None,
+    *,
     generator: torch.Generator | None = None,
 ) -> nn.Module:
     """Build B1 or B2 from plan sizes.

@@ -1,0 +1,194 @@
+"""RP002A stage 3, ``confirmatory-config``: derive the frozen confirmatory configuration.
+
+One item applies the protocol's fixed rule (:func:`prereg.stats.planning.select_sample_count`)
+to the calibration stage's eligibility and the target-variance stage's seven contrast SDs,
+both read from the complete, clean runs the approval consumes (``requires``). Means and
+effect sizes are never inputs. The configuration records which branch fired (``precise``,
+``resource-limited``, or ``no-eligible-count``: then no confirmation may run), binds the
+input runs by SHA-256 (manifests, approvals, summaries, source commits), and lists the
+dependencies of the final configuration separately hashed.
+
+The complete-stage summary copies it to ``summary/CONFIRMATORY_CONFIG.json`` and to the
+plan's ``output`` path (``plans/CONFIRMATORY_CONFIG.json``), which the researcher commits;
+the confirmatory stage's gate checks that committed file against this run.
+``plans/CONFIG_PROPOSAL.json`` is never touched (``plans/BASELINE.json`` pins it).
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+from prereg import gitrepo
+from prereg.hashing import canonical_json, read_json, sha256_bytes, sha256_file, write_json
+from prereg.rp002a import calibration_stage, variance_stage
+from prereg.rp002a.plan_schema import validate_shared
+from prereg.schema import validate
+from prereg.stages import RunView, StageKind
+from prereg.stats import planning
+
+STAGE = "confirmatory-config"
+CONFIG = "CONFIRMATORY_CONFIG.json"
+FORMAT = "rp002a-confirmatory-config-1"
+PARAMETERS = {
+    "candidate_counts": [int],
+    "sd_bound": {"df": int, "familywise_alpha": float, "family_size": int},
+    "target_half_width_nats": float,
+    "output": str,
+    "assumption": str,
+}
+
+
+def validate_plan(plan, stage: str) -> None:
+    validate_shared(plan)
+    params = plan.stage(stage)["parameters"]
+    source = f"{plan.path}: stages.{stage}.parameters"
+    validate(params, PARAMETERS, source=source)
+    replicates = plan.stage(variance_stage.STAGE)["parameters"]["replicates"]
+    if params["sd_bound"]["df"] != replicates - 1:
+        raise ValueError(
+            f"{source}.sd_bound.df is {params['sd_bound']['df']}, but the target-variance "
+            f"stage has {replicates} replicates (df = replicates - 1)"
+        )
+    if params["sd_bound"]["family_size"] != plan.data["parameters"]["decision"]["family_size"]:
+        raise ValueError(
+            f"{source}.sd_bound.family_size differs from parameters.decision.family_size"
+        )
+
+
+def output_path(root: Path, plan: dict) -> Path:
+    return Path(root) / "plans" / plan["stages"][STAGE]["parameters"]["output"]
+
+
+def _binding(run_dir: Path) -> dict:
+    manifest = read_json(run_dir / "manifest.json", what="manifest")
+    return {
+        "run_id": manifest["run_id"],
+        "stage": manifest["stage"],
+        "status": manifest["status"],
+        "manifest_sha256": sha256_file(run_dir / "manifest.json"),
+        "approval_sha256": manifest["approval"]["sha256"],
+        "plan_sha256": manifest["plan"]["sha256"],
+        "source_commit": manifest["source_commit"],
+        "summary_files": manifest["summary_files"],
+    }
+
+
+def derive_config(
+    plan: dict, required_runs: dict[str, Path], *, source_commit: str, root: Path
+) -> dict:
+    """The frozen configuration, from the consumed runs' summaries by the fixed rule."""
+    params = plan["stages"][STAGE]["parameters"]
+    decision_params = plan["parameters"]["decision"]
+    cal_dir, var_dir = required_runs[calibration_stage.STAGE], required_runs[variance_stage.STAGE]
+    calibration = calibration_stage.load_summary(cal_dir)
+    variance = variance_stage.load_summary(var_dir)
+    by_n = {row["n"]: row["eligible"] for row in calibration["eligibility_by_n"]}
+    missing = [n for n in params["candidate_counts"] if n not in by_n]
+    if missing:
+        raise ValueError(
+            f"candidate counts {missing} were not calibrated (calibration grid: {sorted(by_n)})"
+        )
+    sds = [row["sd"] for row in variance["contrasts"]]
+    bound = params["sd_bound"]
+    decision = planning.select_sample_count(
+        sds,
+        candidates=params["candidate_counts"],
+        eligibility={n: by_n[n] for n in params["candidate_counts"]},
+        df=bound["df"],
+        alpha=bound["familywise_alpha"],
+        family_size=bound["family_size"],
+        inflation=decision_params["primary_inflation"],
+        target_half_width=params["target_half_width_nats"],
+    )
+    cal_summary = cal_dir / "summary" / calibration_stage.SUMMARY
+    var_summary = var_dir / "summary" / variance_stage.SUMMARY
+    return {
+        "format": FORMAT,
+        "plan_id": plan["plan_id"],
+        "derived_by_stage": STAGE,
+        "source_commit": source_commit,
+        "branch": decision.branch,
+        "n": decision.n,
+        "confirmation_allowed": decision.n is not None,
+        "resource_limited_precision": decision.branch == "resource-limited",
+        "rule": {
+            "candidate_counts": params["candidate_counts"],
+            "sd_bound": bound,
+            "inflation": decision_params["primary_inflation"],
+            "target_half_width_nats": params["target_half_width_nats"],
+            "assumption": params["assumption"],
+        },
+        "sd_inputs": [
+            {"contrast": row["contrast"], "sd": row["sd"]} for row in variance["contrasts"]
+        ],
+        "sd_bounds": [
+            {"contrast": row["contrast"], "upper_sd": b}
+            for row, b in zip(variance["contrasts"], decision.sd_bounds)
+        ],
+        "planning_sd_bound": decision.sd_bound,
+        "candidates": [
+            {
+                "n": n,
+                "eligible": e,
+                "half_width_nats": h,
+                "meets_precision": h <= decision.target_half_width,
+            }
+            for n, e, h in zip(decision.candidates, decision.eligible, decision.half_widths)
+        ],
+        "inputs": {stage: _binding(path) for stage, path in sorted(required_runs.items())},
+        "dependencies": {
+            "calibration_summary_sha256": sha256_file(cal_summary),
+            "variance_summary_sha256": sha256_file(var_summary),
+            "rule_parameters_sha256": sha256_bytes(canonical_json(params).encode()),
+            "decision_parameters_sha256": sha256_bytes(canonical_json(decision_params).encode()),
+            "planning_code_sha256": sha256_bytes(inspect.getsource(planning).encode()),
+            "config_proposal_sha256": sha256_file(Path(root) / "plans" / "CONFIG_PROPOSAL.json"),
+        },
+    }
+
+
+def run_item(research, root: Path) -> dict:
+    config = derive_config(
+        research.plan, research.required_runs, source_commit=gitrepo.head_commit(root), root=root
+    )
+    write_json(research.outputs / CONFIG, config)
+    return config
+
+
+def summarise(view: RunView) -> None:
+    (item,) = view.items
+    data = (view.item_dir(item) / CONFIG).read_bytes()
+    view.summary_dir.mkdir(parents=True, exist_ok=True)
+    (view.summary_dir / CONFIG).write_bytes(data)
+    target = output_path(view.root, view.plan.data)
+    if target.exists() and target.read_bytes() != data:
+        raise FileExistsError(
+            f"{target} exists with other content; a frozen configuration is never "
+            "overwritten. Remove it only if it was never committed or used"
+        )
+    target.write_bytes(data)
+
+
+def replay(view: RunView) -> list[str]:
+    (item,) = view.items
+    manifest = read_json(view.run_dir / "manifest.json", what="manifest")
+    required = {stage: view.required_run(stage) for stage in view.approval["requires"]}
+    fresh = derive_config(
+        view.plan.data, required, source_commit=manifest["source_commit"], root=view.root
+    )
+    findings = []
+    if canonical_json(fresh) != (view.item_dir(item) / CONFIG).read_text(encoding="utf-8"):
+        findings.append(f"{CONFIG} differs from the configuration recomputed from the bound inputs")
+    if (view.summary_dir / CONFIG).read_bytes() != (view.item_dir(item) / CONFIG).read_bytes():
+        findings.append(f"summary/{CONFIG} differs from the item's output")
+    return findings
+
+
+KIND = StageKind(
+    name="rp002a.confirmatory-config",
+    validate=validate_plan,
+    summarise=summarise,
+    replay=replay,
+    doc=__doc__ or "",
+)

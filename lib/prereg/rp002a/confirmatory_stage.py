@@ -1,0 +1,225 @@
+"""RP002A stage 4, ``confirmatory``: one fresh execution at the frozen n, then the decisions.
+
+One item per unit (world x replicate) at the n of ``plans/CONFIRMATORY_CONFIG.json``,
+seeds from the plan's fresh confirmation namespace, training exactly as in stage 2. No
+retry, extension, seed replacement or optional stopping: the stage is single-attempt,
+its wall-time budget is enforced (an exhausted budget ends the attempt incomplete,
+partial outputs kept), and an item that fails fails the stage. The gate refuses to start
+unless the committed configuration is the one the bound confirmatory-config run derived
+and its rule allows confirmation.
+
+Only when every item completed: for each contrast of the family, in the protocol's order,
+the twofold-inflated Bonferroni t interval (n - 1 df, s/sqrt(n), family of seven,
+familywise alpha .05) decides by the contrast's kind; the uninflated interval is reported
+beside it; a zero observed SD is an analysis failure. Every outcome carries the
+protocol's assumptions, the synthetic gate's limitations and the .01-nat rationale.
+Secondary diagnostics are descriptive only. Summary: ``summary/decisions.json`` and
+``summary/SUMMARY.md``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prereg.hashing import canonical_json, read_json, write_json
+from prereg.rp002a import config_stage, variance_stage
+from prereg.rp002a import units as unitlib
+from prereg.rp002a.plan_schema import validate_shared
+from prereg.schema import validate
+from prereg.stages import RunView, StageKind
+from prereg.stats.decisions import contrast_verdict
+from prereg.stats.intervals import replicate_mean_t_interval
+
+STAGE = "confirmatory"
+DECISIONS = "decisions.json"
+SUMMARY_TEXT = "SUMMARY.md"
+
+
+def validate_plan(plan, stage: str) -> None:
+    validate_shared(plan)
+    validate(
+        plan.stage(stage)["parameters"],
+        {"note": str, "config": str},
+        source=f"{plan.path}: stages.{stage}.parameters",
+    )
+    namespaces = {}
+    for name, spec in plan.stages.items():
+        ns = spec.get("seed_namespace")
+        if ns is not None and ns in namespaces:
+            raise ValueError(
+                f"{plan.path}: stages {namespaces[ns]} and {name} share the seed namespace "
+                f"{ns!r}; confirmation needs a fresh namespace never used before"
+            )
+        if ns is not None:
+            namespaces[ns] = name
+
+
+def config_path(root: Path, plan: dict) -> Path:
+    return Path(root) / plan["stages"][STAGE]["parameters"]["config"]
+
+
+def load_config(root: Path, plan: dict) -> dict:
+    return read_json(config_path(root, plan), what="frozen confirmatory configuration")
+
+
+def stage_units(root: Path, plan: dict) -> list[unitlib.Unit]:
+    config = load_config(root, plan)
+    if not config["confirmation_allowed"]:
+        raise RuntimeError(
+            f"{config_path(root, plan)}: branch {config['branch']}: no confirmation may run"
+        )
+    return unitlib.units(plan, config["n"])
+
+
+def gate_check(root: Path, plan, stage: str, approval: dict) -> list[str]:
+    """The committed configuration must be the bound run's, and must allow confirmation."""
+    path = config_path(root, plan.data)
+    if not path.exists():
+        return [
+            (
+                f"{path.relative_to(root)} does not exist: run the confirmatory-config stage and commit "
+                "the configuration it derives"
+            )
+        ]
+    bound = approval["requires"].get(config_stage.STAGE)
+    if bound is None:
+        return [f"the approval does not consume a {config_stage.STAGE} run"]
+    derived = Path(root) / "runs" / bound["run_id"] / "summary" / config_stage.CONFIG
+    if not derived.exists() or derived.read_bytes() != path.read_bytes():
+        return [
+            f"{path.relative_to(root)} is not the configuration derived by run {bound['run_id']}"
+        ]
+    config = read_json(path, what="frozen confirmatory configuration")
+    if not config["confirmation_allowed"]:
+        return [
+            (
+                f"the frozen rule says no confirmation (branch {config['branch']!r}): RP002A forbids "
+                "executing the confirmatory stage, and no additional training may rescue the gate"
+            )
+        ]
+    return []
+
+
+def decisions(plan: dict, records: list[dict], config: dict) -> dict:
+    decision = plan["parameters"]["decision"]
+    rows = []
+    for contrast in plan["parameters"]["contrast_family"]:
+        values = [
+            r["contrasts"][contrast["id"]] for r in records if r["world"] == contrast["world"]
+        ]
+        common = {"alpha": decision["familywise_alpha"], "family_size": decision["family_size"]}
+        primary = replicate_mean_t_interval(
+            values, inflation=decision["primary_inflation"], **common
+        )
+        report = replicate_mean_t_interval(values, inflation=decision["report_inflation"], **common)
+        rows.append(
+            {
+                "contrast": contrast["id"],
+                "kind": contrast["kind"],
+                "note": contrast["note"],
+                "n": primary.n,
+                "df": primary.df,
+                "mean": primary.mean,
+                "sd": primary.sd,
+                "critical_uninflated": primary.critical,
+                "inflated_interval": {
+                    "inflation": primary.inflation,
+                    "low": primary.low,
+                    "high": primary.high,
+                    "half_width": primary.half_width,
+                },
+                "uninflated_interval": {
+                    "inflation": report.inflation,
+                    "low": report.low,
+                    "high": report.high,
+                    "half_width": report.half_width,
+                },
+                "decision": contrast_verdict(
+                    primary, kind=contrast["kind"], margin=decision["margin_nats"]
+                ),
+                "per_replicate": values,
+            }
+        )
+    return {
+        "stage": STAGE,
+        "plan_id": plan["plan_id"],
+        "config": {k: config[k] for k in ("branch", "n", "resource_limited_precision")},
+        "margin_nats": decision["margin_nats"],
+        "decision_rule": "benefit iff the inflated interval lies strictly below -margin; equivalence iff "
+        "strictly inside (-margin, +margin); otherwise indeterminate (nonsignificance is "
+        "not equivalence); zero observed SD is an analysis failure",
+        "contrasts": rows,
+        "assumptions": decision["assumptions"],
+        "limitations": decision["limitations"],
+        "rationale": decision["rationale"],
+        "diagnostics_equal_replicate": variance_stage.diagnostics_table(plan, records),
+        "diagnostics_note": "Descriptive secondary outputs only; no additional confirmatory decisions.",
+    }
+
+
+def decision_table_text(result: dict) -> str:
+    lines = [
+        (
+            f"# Confirmatory decisions ({result['plan_id']}; n = {result['config']['n']}, "
+            f"branch {result['config']['branch']})"
+        ),
+        "",
+        "| contrast | kind | mean | inflated interval | uninflated interval | decision |",
+        "|---|---|---:|---|---|---|",
+    ]
+    for r in result["contrasts"]:
+        i, u = r["inflated_interval"], r["uninflated_interval"]
+        lines.append(
+            f"| {r['contrast']} | {r['kind']} | {r['mean']:+.5f} | [{i['low']:+.5f}, {i['high']:+.5f}] "
+            f"| [{u['low']:+.5f}, {u['high']:+.5f}] | **{r['decision']}** |"
+        )
+    lines += [
+        "",
+        f"Margin: ±{result['margin_nats']} nats. {result['decision_rule']}.",
+        "",
+        f"Assumptions: {result['assumptions']}",
+        "",
+        f"Limitations: {result['limitations']}",
+        "",
+        f"Rationale of the margin: {result['rationale']}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _config(view: RunView) -> dict:
+    required = view.required_run(config_stage.STAGE)
+    return read_json(required / "summary" / config_stage.CONFIG, what="frozen configuration")
+
+
+def summarise(view: RunView) -> None:
+    result = decisions(view.plan.data, variance_stage.unit_records(view), _config(view))
+    write_json(view.summary_dir / DECISIONS, result)
+    (view.summary_dir / SUMMARY_TEXT).write_text(decision_table_text(result), encoding="utf-8")
+
+
+def replay(view: RunView) -> list[str]:
+    config = _config(view)
+    expected = unitlib.units(view.plan.data, config["n"])
+    findings = variance_stage.replay_units(view, expected, "test_unit")
+    if not findings:
+        fresh = decisions(view.plan.data, variance_stage.unit_records(view), config)
+        if canonical_json(fresh) != (view.summary_dir / DECISIONS).read_text(encoding="utf-8"):
+            findings.append(
+                f"summary/{DECISIONS} differs from the intervals and decisions recomputed"
+            )
+        if decision_table_text(fresh) != (view.summary_dir / SUMMARY_TEXT).read_text(
+            encoding="utf-8"
+        ):
+            findings.append(f"summary/{SUMMARY_TEXT} differs from the recomputed decision table")
+    return findings
+
+
+KIND = StageKind(
+    name="rp002a.confirmatory",
+    validate=validate_plan,
+    gate_check=gate_check,
+    summarise=summarise,
+    replay=replay,
+    doc=__doc__ or "",
+)

@@ -1,0 +1,253 @@
+"""One RP002A unit (world x replicate): data, B0, the learned fits, losses, diagnostics.
+
+Shared by the target-variance and confirmatory stages; only the seed namespace and the
+number of replicates differ. A unit's outputs (one folder, one pytest item):
+
+``datasets.npz``       the three splits, exact uint8 (prereg.rp002a.datasets format)
+``probabilities.npz``  assessment probabilities per model in their original precision
+                       (B0 float64 from the frequency table; B1, B2 float32 from softmax)
+``losses.npz``         per-timepoint clipped log losses per model, float64 [episodes, T]
+``B1.weights`` ...     selected weights of each learned model (deterministic bytes)
+``unit.json``          seeds, dataset hash, B0 table, per-fit selection and per-epoch
+                       losses, replicate losses, the world's contrasts, diagnostics
+``unit.timing.json``   wall time per fit and per epoch, peak memory per fit (the only
+                       non-reproducible figures)
+
+Timepoints reduce to episode means, then to the equally weighted replicate mean; all
+models of a replicate are assessed on the same assessment episodes, so contrasts are paired.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from prereg import provenance
+from prereg.arrays import load_npz, save_npz
+from prereg.hashing import write_json
+from prereg.rp002a.datasets import (
+    dataset_content_sha256,
+    generate_unit_datasets,
+    save_unit_datasets,
+)
+from prereg.rp002a.diagnostics import secondary_diagnostics
+from prereg.rp002a.frequency import fit_frequency_table, frequency_predictions
+from prereg.rp002a.ideal import InformationSet, ideal_predictions
+from prereg.rp002a.laws import reference_law_registry
+from prereg.rp002a.losses import clipped_log_loss, paired_contrast
+
+DATASETS = "datasets.npz"
+PROBABILITIES = "probabilities.npz"
+LOSSES = "losses.npz"
+UNIT = "unit.json"
+TIMING = "unit.timing.json"
+SPLITS = ("train", "validation", "assessment")
+
+
+@dataclass(frozen=True)
+class Unit:
+    world: str
+    replicate: int
+
+    @property
+    def unit_id(self) -> str:
+        return f"{self.world}-r{self.replicate:03d}"
+
+
+def units(plan: dict, replicates: int) -> list[Unit]:
+    """World-major order: every replicate of E0, then E1, then E2 (the plan's world order)."""
+    return [
+        Unit(world, r)
+        for world in plan["parameters"]["world_order"]
+        for r in range(1, replicates + 1)
+    ]
+
+
+def world_contrasts(plan: dict, world: str) -> list[dict]:
+    return [c for c in plan["parameters"]["contrast_family"] if c["world"] == world]
+
+
+def law_for(plan: dict, world: str):
+    return reference_law_registry().law_from_spec(plan["parameters"]["worlds"][world])
+
+
+def weights_file(model: str) -> str:
+    return f"{model}.weights"
+
+
+def generate_datasets(plan: dict, unit: Unit, numpy_rng: Callable[..., np.random.Generator]):
+    data = plan["parameters"]["data"]
+    rngs = {split: numpy_rng(unit.world, unit.replicate, "data", split) for split in SPLITS}
+    return generate_unit_datasets(
+        law_for(plan, unit.world),
+        n_timepoints=data["n_timepoints"],
+        train_episodes=data["train_episodes"],
+        validation_episodes=data["validation_episodes"],
+        assessment_episodes=data["assessment_episodes"],
+        train_rng=rngs["train"],
+        validation_rng=rngs["validation"],
+        assessment_rng=rngs["assessment"],
+    )
+
+
+def learned_model(plan: dict, name: str):
+    from prereg.rp002a.models import build_model
+
+    spec = plan["parameters"]["models"][name]
+    return build_model(spec["kind"], spec["sizes"], implementation=spec.get("implementation"))
+
+
+def assessment_analysis(
+    plan: dict, unit: Unit, datasets, probabilities: dict[str, np.ndarray]
+) -> dict:
+    """Losses, replicate means, the world's contrasts and diagnostics, from probabilities.
+
+    Pure given its inputs: the audit recomputes it from the saved probabilities.
+    """
+    shared = plan["parameters"]
+    clip = shared["training"]["probability_clip"]
+    law = law_for(plan, unit.world)
+    assessment = datasets.assessment
+    losses = {
+        name: clipped_log_loss(p, assessment.targets, clip) for name, p in probabilities.items()
+    }
+    episode_means = {name: loss.mean(axis=1) for name, loss in losses.items()}
+    replicate = {name: float(means.mean()) for name, means in episode_means.items()}
+    contrasts = {
+        c["id"]: float(
+            paired_contrast(episode_means[c["minuend"]], episode_means[c["subtrahend"]]).mean
+        )
+        for c in world_contrasts(plan, unit.world)
+    }
+    diagnostics = {}
+    for name, p in probabilities.items():
+        model = shared["models"][name]
+        info = model["information_set"]
+        window = shared["models"]["B1"]["sizes"]["window"] if info == "window" else None
+        ideal = ideal_predictions(law, assessment.observations, InformationSet(info), window=window)
+        diagnostics[name] = secondary_diagnostics(
+            p,
+            assessment.targets,
+            assessment.observations,
+            ideal,
+            information_set=info,
+            clip=clip,
+            erasure_symbol=law.erasure_symbol,
+            n_confidence_bins=shared["diagnostics"]["confidence_bins"],
+        ).to_record()
+    return {
+        "losses": losses,
+        "replicate_loss": replicate,
+        "contrasts": contrasts,
+        "diagnostics": diagnostics,
+    }
+
+
+def run_unit(
+    plan: dict,
+    unit: Unit,
+    *,
+    outputs: Path,
+    numpy_rng: Callable[..., np.random.Generator],
+    torch_rng: Callable[..., object],
+    deadline: float | None,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
+    """Generate, fit B0, train B1 and B2, assess after selection, save everything."""
+    from prereg.rp002a.training import TrainConfig, predict_probabilities, save_weights, train
+
+    shared = plan["parameters"]
+    datasets = generate_datasets(plan, unit, numpy_rng)
+    save_unit_datasets(datasets, outputs / DATASETS)
+    law = law_for(plan, unit.world)
+    train_split, validation = datasets.train, datasets.validation
+
+    table = fit_frequency_table(
+        train_split.observations,
+        train_split.targets,
+        n_symbols=law.n_symbols,
+        n_classes=law.n_states,
+    )
+    probabilities = {"B0": frequency_predictions(table, datasets.assessment.observations)}
+    fits, timing = {}, {}
+    config = TrainConfig.from_mapping(shared["training"])
+    monotonic_deadline = None if deadline is None else time.monotonic() + (deadline - time.time())
+    for name in shared["learned_models"]:
+        model = learned_model(plan, name)
+        started = time.perf_counter()
+        with provenance.PeakScope() as peak:
+            result = train(
+                model,
+                train_split.observations,
+                train_split.targets,
+                validation.observations,
+                validation.targets,
+                config,
+                init_generator=torch_rng(unit.world, unit.replicate, name, "init"),
+                order_generator=numpy_rng(unit.world, unit.replicate, name, "order"),
+                deadline=monotonic_deadline,
+                progress=None
+                if progress is None
+                else (
+                    lambda epoch, tr, va, name=name: progress(
+                        f"{unit.unit_id} {name} epoch {epoch}: train {tr:.5f} val {va:.5f}"
+                    )
+                ),
+            )
+        # Assessment only after selection: the model now holds the selected weights.
+        probabilities[name] = predict_probabilities(model, datasets.assessment.observations)
+        save_weights(result.best_state, outputs / weights_file(name))
+        fits[name] = {
+            "best_epoch": result.best_epoch,
+            "best_validation_loss": result.best_validation_loss,
+            "epochs_run": result.epochs_run,
+            "stop_reason": result.stop_reason,
+            "flags": {
+                "near_cap": result.near_cap,
+                "final_20": result.final_20,
+                "final_five": result.final_five,
+            },
+            "trace": [
+                {"epoch": e.epoch, "train_loss": e.train_loss, "validation_loss": e.validation_loss}
+                for e in result.trace
+            ],
+        }
+        timing[name] = {
+            "wall_seconds": round(time.perf_counter() - started, 3),
+            "epoch_seconds": [round(e.seconds, 4) for e in result.trace],
+            "peak_rss_bytes": peak.bytes,
+            "peak_rss_scope": peak.scope,
+        }
+    save_npz(outputs / PROBABILITIES, probabilities)
+    analysis = assessment_analysis(plan, unit, datasets, probabilities)
+    save_npz(outputs / LOSSES, analysis["losses"])
+    record = unit_record(plan, unit, datasets, table.to_record(), fits, analysis)
+    write_json(outputs / UNIT, record)
+    write_json(
+        outputs / TIMING, {"non_reproducible": "wall time and peak memory per fit", "fits": timing}
+    )
+    return record
+
+
+def unit_record(plan: dict, unit: Unit, datasets, table: dict, fits: dict, analysis: dict) -> dict:
+    shared = plan["parameters"]
+    return {
+        "world": unit.world,
+        "replicate": unit.replicate,
+        "unit_id": unit.unit_id,
+        "dataset_content_sha256": dataset_content_sha256(datasets),
+        "models": {name: shared["models"][name] for name in ["B0", *shared["learned_models"]]},
+        "B0_table": table,
+        "fits": fits,
+        "replicate_loss": analysis["replicate_loss"],
+        "contrasts": analysis["contrasts"],
+        "diagnostics": analysis["diagnostics"],
+    }
+
+
+def load_probabilities(folder: Path) -> dict[str, np.ndarray]:
+    return load_npz(folder / PROBABILITIES)
