@@ -159,6 +159,8 @@ def _resolve_research_run(config: pytest.Config, root: Path) -> Settings:
         module=spec["module"],
         threads=threads,
         seed_namespace=spec.get("seed_namespace"),
+        inputs={name: bound["path"] for name, bound in record.data["inputs"].items()},
+        required_runs={stage: bound["run_id"] for stage, bound in record.data["requires"].items()},
     )
 
 
@@ -238,6 +240,10 @@ def research(request: pytest.FixtureRequest, _prereg_plan: dict) -> ItemContext:
         seed_namespace=settings.seed_namespace,
         deadline=settings.deadline,
         record=record,
+        inputs={k: Path(v) for k, v in (settings.inputs or {}).items()},
+        required_runs={
+            k: run_dir(Path(settings.root), v) for k, v in (settings.required_runs or {}).items()
+        },
     )
     context.check_budget()
     record["thread_settings"] = provenance.apply_thread_limits(settings.threads)
