@@ -1,0 +1,105 @@
+"""RP002A's four stages end to end on a tiny plan: the wiring CI proves without research."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from conftest import prereg, run_pipeline, scratch_clone, steps, tiny_plan
+
+from prereg.hashing import write_json
+
+pytestmark = [pytest.mark.software, pytest.mark.slow]
+
+
+def runs(root):
+    """Stage name -> run folder, for every run with a manifest."""
+    return {
+        json.loads((p / "manifest.json").read_text())["stage"]: p
+        for p in (root / "runs").iterdir()
+        if (p / "manifest.json").exists()
+    }
+
+
+def test_every_stage_completes_and_the_decisions_follow_the_protocol_order(tiny_pipeline):
+    by_stage = runs(tiny_pipeline)
+    for stage in ("calibration", "target-variance", "confirmatory-config", "confirmatory"):
+        manifest = json.loads((by_stage[stage] / "manifest.json").read_text())
+        assert manifest["status"] == "complete", (stage, manifest["incomplete_reasons"])
+    config = json.loads((tiny_pipeline / "plans/CONFIRMATORY_CONFIG.json").read_text())
+    assert config["branch"] in {"precise", "resource-limited"} and config["n"] in {3, 4}
+    assert set(config["inputs"]) == {"calibration", "target-variance"}
+    decisions = json.loads((by_stage["confirmatory"] / "summary/decisions.json").read_text())
+    plan = tiny_plan()
+    assert [r["contrast"] for r in decisions["contrasts"]] == [
+        c["id"] for c in plan["parameters"]["contrast_family"]
+    ]
+    for row in decisions["contrasts"]:
+        assert row["decision"] in {row["kind"], "indeterminate", "analysis-failure"}
+        assert row["n"] == config["n"]
+        inflated, uninflated = row["inflated_interval"], row["uninflated_interval"]
+        assert inflated["half_width"] == pytest.approx(2 * uninflated["half_width"])
+    assert decisions["assumptions"] and decisions["limitations"] and decisions["rationale"]
+
+
+def test_a_consistent_forgery_of_weights_is_caught_only_by_replay(tiny_pipeline):
+    run = runs(tiny_pipeline)["target-variance"]
+    manifest_path = run / "manifest.json"
+    original = manifest_path.read_bytes()
+    manifest = json.loads(original)
+    item = manifest["items"][0]
+    weights = run / "items" / item["output_dir"] / "B1.weights"
+    saved = weights.read_bytes()
+    forged = bytearray(saved)
+    forged[-5] ^= 0x40  # a changed weight
+    try:
+        weights.write_bytes(bytes(forged))
+        for entry in item["outputs"]:
+            if entry["path"] == "B1.weights":
+                entry["sha256"] = hashlib.sha256(forged).hexdigest()
+        write_json(manifest_path, manifest)
+        assert prereg(tiny_pipeline, "audit", str(run), "--no-replay").returncode == 0
+        done = prereg(tiny_pipeline, "audit", str(run))
+        assert done.returncode == 1
+        assert "B1: the saved weights do not reproduce the saved probabilities" in done.stdout
+    finally:
+        weights.write_bytes(saved)
+        manifest_path.write_bytes(original)
+
+
+def test_serial_and_two_workers_train_to_identical_bytes(tiny_pipeline, tmp_path):
+    clone = scratch_clone(tmp_path, tiny_plan())
+    root = run_pipeline(clone, steps("target-variance", workers=2))
+    ours, theirs = runs(root)["target-variance"], runs(tiny_pipeline)["target-variance"]
+
+    def files(run):
+        base = run / "items"
+        return {
+            p.relative_to(base).as_posix(): p.read_bytes()
+            for p in sorted(base.rglob("*"))
+            if p.is_file() and not p.name.endswith(".timing.json")
+        }
+
+    assert files(ours) == files(theirs)
+
+
+def test_the_confirmatory_stage_refuses_when_the_rule_allows_no_confirmation(tmp_path):
+    plan = tiny_plan(minimum_n=1000)  # no candidate count can be eligible
+    clone = scratch_clone(tmp_path, plan)
+    root = run_pipeline(clone, steps("calibration", "target-variance", "confirmatory-config"))
+    config = json.loads((root / "plans/CONFIRMATORY_CONFIG.json").read_text())
+    assert config["branch"] == "no-eligible-count" and config["n"] is None
+    done = prereg(
+        root,
+        "approve",
+        "--stage",
+        "confirmatory",
+        "--run-id",
+        "confirmatory-20261130-001",
+        "--plan",
+        "plans/demo/TINY_PLAN.json",
+        "--accept-deviations",
+    )
+    assert done.returncode == 2
+    assert "no confirmation" in done.stderr and "no-eligible-count" in done.stderr
