@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import make_toy_repo, stage_spec
+from toyrepo import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 
@@ -137,3 +137,19 @@ def test_software_runs_never_collect_research_items(toy):
         assert "never runs" not in done.stdout
     done = toy.pytest("-q", "-m", "software")
     assert done.returncode == 0 and "1 passed" in done.stdout
+
+
+def test_a_seed_namespace_used_by_another_stage_is_refused(tmp_path):
+    stages = {"toy": stage_spec("toy"), "other": stage_spec("other", seed_namespace="toy-1.0")}
+    toy = make_toy_repo(tmp_path / "ns", stages)
+    toy.approve("toy", RUN)
+    done = toy.approve("other", "other-20261130-001", check=False)
+    assert done.returncode == 2
+    assert "seed namespace 'toy-1.0' is already used" in done.stderr
+
+
+def test_a_single_attempt_stage_cannot_be_approved_twice(tmp_path):
+    toy = make_toy_repo(tmp_path / "once", {"toy": stage_spec("toy", single_attempt=True)})
+    toy.approve("toy", RUN)
+    done = toy.approve("toy", "toy-20261130-002", check=False)
+    assert done.returncode == 2 and "single attempt" in done.stderr

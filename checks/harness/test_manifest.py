@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from conftest import make_toy_repo, stage_spec
+from toyrepo import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 

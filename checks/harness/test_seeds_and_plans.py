@@ -58,7 +58,7 @@ def test_ambiguous_coordinates_are_refused(bad):
 
 
 def _plan(tmp_path, mutate):
-    from conftest import PINS, stage_spec
+    from toyrepo import PINS, stage_spec
 
     plan = {
         "plan_id": "p",

@@ -6,7 +6,7 @@ import hashlib
 import json
 
 import pytest
-from conftest import prereg, run_pipeline, scratch_clone, steps, tiny_plan
+from pipelinerepo import prereg, run_pipeline, scratch_clone, steps, tiny_plan
 
 from prereg.hashing import write_json
 

@@ -1,0 +1,164 @@
+"""A throw-away git repository holding a toy research stage, driven by real subprocesses."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+PINS = {
+    "python": "3.9.6",
+    "numpy": "2.0.2",
+    "torch": "2.8.0",
+    "scipy": "1.13.1",
+    "platform": "macOS-arm64",
+    "cpu_threads": 2,
+}
+
+EXPERIMENT = """
+import json, os, signal
+import pytest
+from prereg.plugin import stage_plan
+
+pytestmark = pytest.mark.research_stage("{stage}")
+
+
+def pytest_generate_tests(metafunc):
+    if "cell" in metafunc.fixturenames:
+        params = stage_plan(metafunc.config).stage("{stage}")["parameters"]
+        metafunc.parametrize("cell", range(params["cells"]), ids=lambda c: f"cell{{c}}")
+
+
+def test_cell(cell, research):
+    research.coords(cell=cell)
+    rng = research.numpy_generator("cell", cell)
+    (research.outputs / "result.json").write_text(json.dumps({{"x": rng.standard_normal(3).tolist()}}))
+    bad = research.parameters["misbehave"]
+    if cell == bad["cell"]:
+        (research.outputs / "partial.txt").write_text("written before the failure")
+        if bad["how"] == "raise":
+            raise RuntimeError("cell failed on purpose")
+        if bad["how"] == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)
+        if bad["how"] == "exit":
+            os._exit(3)
+"""
+
+
+def stage_spec(stage: str, **overrides) -> dict:
+    spec = {
+        "kind": "plain",
+        "module": f"experiments/test_{stage}.py",
+        "budget_seconds": 600,
+        "budget_enforced": False,
+        "requires": [],
+        "seed_namespace": f"{stage}-1.0",
+        "single_attempt": False,
+        "threads_per_worker": 1,
+        "inputs": [],
+        "parameters": {"cells": 4, "misbehave": {"cell": -1, "how": "none"}},
+    }
+    spec.update(overrides)
+    return spec
+
+
+@dataclass
+class ToyRepo:
+    root: Path
+
+    def run(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        done = subprocess.run(
+            list(args), cwd=self.root, env=env, capture_output=True, text=True, check=False
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"{args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+        return done
+
+    def git(self, *args: str) -> str:
+        return self.run("git", *args, check=True).stdout
+
+    def commit(self, message: str) -> None:
+        self.git("add", "-A")
+        self.git("commit", "-q", "-m", message)
+
+    def approve(
+        self, stage: str, run_id: str, *extra: str, check: bool = True
+    ) -> subprocess.CompletedProcess:
+        done = self.run(
+            sys.executable,
+            "-m",
+            "prereg.cli",
+            "approve",
+            "--stage",
+            stage,
+            "--run-id",
+            run_id,
+            "--accept-deviations",
+            *extra,
+            check=check,
+        )
+        if check:
+            self.commit(f"Approve {run_id}")
+        return done
+
+    def pytest(self, *args: str) -> subprocess.CompletedProcess:
+        return self.run(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args)
+
+    def audit(self, run_id: str, *extra: str) -> subprocess.CompletedProcess:
+        return self.run(sys.executable, "-m", "prereg.cli", "audit", f"runs/{run_id}", *extra)
+
+    def manifest(self, run_id: str) -> dict:
+        return json.loads((self.root / "runs" / run_id / "manifest.json").read_text())
+
+    def refusals(self) -> list[dict]:
+        folder = self.root / "runs" / "refusals"
+        return (
+            [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+            if folder.exists()
+            else []
+        )
+
+    def write_plan(self, stages: dict) -> None:
+        plan = {
+            "plan_id": "toy-1.0",
+            "protocol": "toy protocol for the harness checks",
+            "environment_pins": PINS,
+            "stages": stages,
+        }
+        (self.root / "plans" / "TOY_PLAN.json").write_text(json.dumps(plan, indent=2))
+        for stage, spec in stages.items():
+            (self.root / spec["module"]).write_text(EXPERIMENT.format(stage=stage))
+
+
+def make_toy_repo(root: Path, stages: dict | None = None) -> ToyRepo:
+    (root / "plans" / "approvals").mkdir(parents=True)
+    (root / "experiments").mkdir()
+    (root / "checks").mkdir()
+    repo = ToyRepo(root)
+    repo.git("init", "-q")
+    repo.git("config", "user.email", "researcher@example.org")
+    repo.git("config", "user.name", "Researcher")
+    (root / "pytest.ini").write_text(
+        "[pytest]\ntestpaths = checks experiments\naddopts = -p no:randomly\n"
+        "prereg_plans = plans/TOY_PLAN.json\nprereg_research_paths = experiments\n"
+    )
+    (root / "conftest.py").write_text('pytest_plugins = ("prereg.plugin",)\n')
+    (root / ".gitignore").write_text("runs/\n__pycache__/\n")
+    (root / "checks" / "test_soft.py").write_text(
+        "import pytest\n\n@pytest.mark.software\ndef test_software():\n    assert 1 + 1 == 2\n\n"
+        "@pytest.mark.research_stage('toy')\ndef test_stray_research_item():\n    raise AssertionError('never runs')\n"
+    )
+    (root / "plans" / "CONFIG_PROPOSAL.json").write_text('{"historical": true}\n')
+    digest = hashlib.sha256((root / "plans" / "CONFIG_PROPOSAL.json").read_bytes()).hexdigest()
+    (root / "plans" / "BASELINE.json").write_text(
+        json.dumps({"description": "immutable", "files": {"plans/CONFIG_PROPOSAL.json": digest}})
+    )
+    repo.write_plan(stages or {"toy": stage_spec("toy")})
+    repo.commit("Toy project")
+    return repo

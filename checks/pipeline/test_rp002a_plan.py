@@ -1,0 +1,62 @@
+"""The RP002A plan validates, and the confirmatory stage demands a fresh seed namespace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pipelinerepo import REPO
+
+from prereg.plans import load_plan, validate_stage
+
+pytestmark = pytest.mark.software
+
+PLANS = ["plans/STATISTICAL_PIPELINE_PLAN.json", "plans/demo/STATISTICAL_PIPELINE_PLAN.json"]
+
+
+@pytest.mark.parametrize("path", PLANS)
+def test_every_stage_of_the_plan_validates(path):
+    plan = load_plan(REPO / path)
+    for stage in plan.stages:
+        validate_stage(plan, stage)
+
+
+def test_the_plan_records_the_exact_ideal_figures_it_is_tested_against():
+    from prereg.rp002a.ideal import ideal_loss_figures
+    from prereg.rp002a.laws import reference_law_registry
+
+    plan = load_plan(REPO / PLANS[0]).data["parameters"]
+    registry = reference_law_registry()
+    for world, figures in plan["ideal_figures"].items():
+        if world == "averaging":
+            continue
+        law = registry.law_from_spec(plan["worlds"][world])
+        exact = ideal_loss_figures(
+            law,
+            plan["data"]["n_timepoints"],
+            plan["models"]["B1"]["sizes"]["window"],
+            plan["training"]["probability_clip"],
+        )
+        assert exact.opportunity == pytest.approx(figures["opportunity_nats"], abs=5e-10)
+        assert exact.window_gap == pytest.approx(figures["window_gap_nats"], abs=5e-12)
+
+
+def test_a_confirmatory_namespace_shared_with_another_stage_is_refused(tmp_path):
+    data = json.loads((REPO / PLANS[0]).read_text())
+    data["stages"]["confirmatory"]["seed_namespace"] = data["stages"]["target-variance"][
+        "seed_namespace"
+    ]
+    path = Path(tmp_path) / "plan.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="share the seed namespace"):
+        validate_stage(load_plan(path), "confirmatory")
+
+
+def test_sd_bound_degrees_of_freedom_must_follow_the_replicates(tmp_path):
+    data = json.loads((REPO / PLANS[0]).read_text())
+    data["stages"]["target-variance"]["parameters"]["replicates"] = 6
+    path = Path(tmp_path) / "plan.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="df = replicates - 1"):
+        validate_stage(load_plan(path), "confirmatory-config")
