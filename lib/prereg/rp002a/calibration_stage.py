@@ -25,7 +25,12 @@ from prereg.hashing import canonical_json, read_json, write_json
 from prereg.schema import OneOf, validate
 from prereg.seeds import derivation, numpy_generator
 from prereg.stages import RunView, StageKind
-from prereg.stats.calibration import CalibrationSettings, SimulationCell, run_simulation_cell
+from prereg.stats.calibration import (
+    CalibrationSettings,
+    SimulationCell,
+    eligibility_from_bounds,
+    run_simulation_cell,
+)
 from prereg.stats.calibration_bootstrap import BootstrapCell, BootstrapSettings, run_bootstrap_cell
 from prereg.stats.records import replay_differences, to_record, trial_arrays
 
@@ -175,24 +180,31 @@ def run_bootstrap_item(plan: dict, cell: BootstrapCell, rng, outputs: Path) -> d
 def eligibility_table(plan: dict, records: list[dict]) -> list[dict]:
     """Per n: cells, the largest inflated CP upper bound, and eligibility (protocol's rule)."""
     rule = _params(plan)["eligibility"]
-    rows = []
-    for n in _params(plan)["simulation"]["n"]:
-        bounds = [
+    counts = _params(plan)["simulation"]["n"]
+    bounds = {
+        n: [
             r["figures"]["inflated"]["coverage_failure_cp_upper"]
             for r in records
             if r["cell"]["n"] == n
         ]
-        worst = max(bounds)
-        rows.append(
-            {
-                "n": n,
-                "cells": len(bounds),
-                "max_cp_upper_inflated": worst,
-                "all_cells_within_threshold": worst <= rule["max_coverage_failure_upper"],
-                "eligible": n >= rule["minimum_n"] and worst <= rule["max_coverage_failure_upper"],
-            }
-        )
-    return rows
+        for n in counts
+    }
+    eligible = eligibility_from_bounds(
+        bounds,
+        candidates=counts,
+        minimum_count=rule["minimum_n"],
+        threshold=rule["max_coverage_failure_upper"],
+    )
+    return [
+        {
+            "n": n,
+            "cells": len(bounds[n]),
+            "max_cp_upper_inflated": max(bounds[n]),
+            "all_cells_within_threshold": max(bounds[n]) <= rule["max_coverage_failure_upper"],
+            "eligible": eligible[n],
+        }
+        for n in counts
+    ]
 
 
 def build_summary(plan: dict, sim_records: list[dict], boot_records: list[dict]) -> dict:

@@ -369,8 +369,6 @@ def eligible_counts(
     A candidate without any cell in ``results`` is an error (the grid must
     cover every candidate), as are two results for one cell.
     """
-    minimum_count = check_int("minimum_count", minimum_count, 2)
-    threshold = check_probability("threshold", threshold)
     by_count: dict[int, list[float]] = {}
     seen: set[SimulationCell] = set()
     for result in results:
@@ -379,6 +377,28 @@ def eligible_counts(
         seen.add(result.cell)
         bound = result.procedures[PROCEDURES[0]].coverage_failure_cp_upper
         by_count.setdefault(result.cell.n, []).append(bound)
+    return eligibility_from_bounds(
+        by_count, candidates=candidates, minimum_count=minimum_count, threshold=threshold
+    )
+
+
+def eligibility_from_bounds(
+    bounds_by_count: Mapping[int, Sequence[float]],
+    *,
+    candidates: Sequence[int],
+    minimum_count: int,
+    threshold: float,
+) -> dict[int, bool]:
+    """The eligibility rule on the primary procedure's CP upper bounds, grouped by n.
+
+    ``True`` iff ``n >= minimum_count`` and every bound at ``n`` is ``<= threshold``
+    (RP002A: "A count is eligible only if n>=20 and every predeclared cell at that n has
+    a Clopper-Pearson upper coverage-failure bound <=.05"). Used by
+    :func:`eligible_counts` and by the stage summary, which holds saved records.
+    """
+    minimum_count = check_int("minimum_count", minimum_count, 2)
+    threshold = check_probability("threshold", threshold)
+    by_count = bounds_by_count
     out: dict[int, bool] = {}
     for count in candidates:
         count = check_int("candidates[...]", count, 2)
