@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from prereg import gitrepo
-from prereg.runs import all_runs
 
 
 def _root() -> Path:
@@ -44,7 +43,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
             use_runs=_pairs(args.use_run, "--use-run"),
             accept_deviations=args.accept_deviations,
         )
-    except (ApprovalError, SchemaError, FileNotFoundError, KeyError) as err:
+    except (ApprovalError, SchemaError, OSError, ValueError, LookupError) as err:
         print(f"prereg approve: refused: {err}", file=sys.stderr)
         return 2
     rel = path.relative_to(root)
@@ -93,30 +92,55 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from prereg.report import every_run, index_rows
+
     root = _root()
-    rows = []
-    for run in all_runs(root):
-        m = run.manifest or {}
-        rows.append(
-            {
-                "run_id": run.run_id,
-                "stage": run.stage,
-                "status": run.status,
-                "started_at": m.get("started_at"),
-                "elapsed_seconds": m.get("elapsed_seconds"),
-            }
-        )
+    rows = index_rows(root, every_run(root), audit="none" if args.no_audit else "cached")
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
         print("no runs under runs/")
+    print(
+        f"{'stage':<20} {'run id':<34} {'status':<12} {'when (UTC)':<30} {'elapsed (s)':>11}  audit"
+    )
     for r in rows:
+        elapsed = "-" if r["elapsed_seconds"] is None else f"{r['elapsed_seconds']:.1f}"
         print(
-            f"{r['run_id']:<40} {r['stage'] or '?':<22} {r['status']:<12} "
-            f"{r['started_at'] or '-':<30} {r['elapsed_seconds'] if r['elapsed_seconds'] is not None else '-'}"
+            f"{r['stage'] or '?':<20} {r['run_id']:<34} {r['status']:<12} {r['when'] or '-':<30} "
+            f"{elapsed:>11}  {r['audit']}"
         )
     return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from prereg.report import every_run, index_rows, write_index, write_report
+    from prereg.report.model import ReportInputError
+
+    audit = "none" if args.no_audit else "full" if args.full_audit else "cached"
+    targets = [Path(p).resolve() for p in args.run_dir]
+    if not targets and not args.all:
+        raise SystemExit("prereg report: give runs/<run-id> (one or more), or --all")
+    root = _run_root(targets[0]) if targets else _root()
+    if args.all:
+        targets = [record.path for record in every_run(root)]
+    for target in targets:
+        try:
+            print(write_report(root, target, audit=audit))
+        except (ReportInputError, FileNotFoundError) as err:
+            print(f"prereg report: {err}", file=sys.stderr)
+            return 2
+    if args.all or args.index:
+        print(write_index(root, index_rows(root, every_run(root), audit=audit)))
+    return 0
+
+
+def _run_root(path: Path) -> Path:
+    """The repository holding a run folder (a report of another checkout's runs works)."""
+    try:
+        return gitrepo.toplevel(path if path.is_dir() else path.parent)
+    except gitrepo.GitError:
+        return _root()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -161,9 +185,33 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--no-replay", action="store_true", help="hashes and binding only")
     audit.set_defaults(func=cmd_audit)
 
-    runs = sub.add_parser("runs", help="list the runs under runs/")
-    runs.add_argument("--json", action="store_true")
+    runs = sub.add_parser(
+        "runs", help="list the runs and refusals under runs/ with status, elapsed and audit verdict"
+    )
+    runs.add_argument("--json", action="store_true", help="one JSON list, for scripts")
+    runs.add_argument(
+        "--no-audit", action="store_true", help="skip the audit (the verdict column says so)"
+    )
     runs.set_defaults(func=cmd_runs)
+
+    report = sub.add_parser(
+        "report", help="write a run's self-contained HTML report under runs/reports/"
+    )
+    report.add_argument(
+        "run_dir", nargs="*", help="runs/<run-id>, or a refusal record runs/refusals/<name>.json"
+    )
+    report.add_argument(
+        "--all", action="store_true", help="every run and refusal, and the index page"
+    )
+    report.add_argument("--index", action="store_true", help="also write runs/reports/index.html")
+    how = report.add_mutually_exclusive_group()
+    how.add_argument("--no-audit", action="store_true", help="do not audit (the page says so)")
+    how.add_argument(
+        "--full-audit",
+        action="store_true",
+        help="replay now even if a clean verdict is stored for this manifest",
+    )
+    report.set_defaults(func=cmd_report)
 
     demo = sub.add_parser(
         "demo", help="run every stage end to end at demo scale in a scratch clone"

@@ -68,7 +68,7 @@ def append_item(run_dir: Path, entry: dict) -> None:
         handle.write(json.dumps(entry, sort_keys=True) + "\n")
 
 
-def environment(plugins: list[str], imported: dict[str, str], threads: dict) -> dict:
+def environment(plugins: dict[str, list[str]], imported: dict[str, str], threads: dict) -> dict:
     return {
         "interpreter": sys.executable,
         "python": platform.python_version(),
@@ -77,7 +77,7 @@ def environment(plugins: list[str], imported: dict[str, str], threads: dict) -> 
         "pins_view": provenance.pinned_environment(),
         "packages_imported": imported,
         "thread_settings": threads,
-        "pytest_plugins": sorted(plugins),
+        "pytest_plugins": plugins,
         "host": socket.gethostname(),
     }
 

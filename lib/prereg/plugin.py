@@ -404,7 +404,7 @@ class Controller:
         for data in self.worker_data or [{"packages_imported": provenance.imported_packages()}]:
             imported.update(data["packages_imported"])
         env = manifest.environment(
-            plugins=[name for name, _ in self.config.pluginmanager.list_name_plugin() if name],
+            plugins=_plugin_names(self.config),
             imported=imported,
             threads={
                 "threads_per_worker": self.settings.threads,
@@ -451,6 +451,26 @@ class Controller:
             terminalreporter.write_line(
                 f"audit it: prereg audit {self.run_dir.relative_to(self.root)}"
             )
+
+
+def _plugin_names(config: pytest.Config) -> dict[str, list[str]]:
+    """Loaded pytest plugins by their distribution or module name, and the blocked ones.
+
+    Blocked plugins (``-p no:NAME``) are registered as ``None``: listed apart, so a
+    reseeding plugin such as pytest-randomly never looks active when it was blocked.
+    """
+    manager = config.pluginmanager
+    loaded = {f"{dist.project_name}-{dist.version}" for _, dist in manager.list_plugin_distinfo()}
+    for name, plugin in manager.list_name_plugin():
+        if (
+            plugin is not None
+            and name
+            and not name.isdigit()
+            and "." in getattr(plugin, "__name__", "")
+        ):
+            loaded.add(plugin.__name__)
+    blocked = sorted(name for name, plugin in manager.list_name_plugin() if plugin is None and name)
+    return {"loaded": sorted(loaded), "blocked": blocked}
 
 
 def _outcome(phases: dict[str, str]) -> str:

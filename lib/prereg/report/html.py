@@ -9,8 +9,9 @@ order, so nothing depends on the script.
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence, Union
+from typing import Union
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 78em;
@@ -30,6 +31,7 @@ pre { background: #f6f6f6; border: 1px solid #ccc; padding: .6em; overflow-x: au
 .status-incomplete, .status-refused, .status-no-manifest { border-style: dashed; }
 .note { border-left: 4px solid #555; padding: .3em .8em; background: #f4f4f4; }
 .bad { font-weight: bold; }
+div.scroll { overflow-x: auto; max-width: 100%; }
 img.plot { max-width: 100%; height: auto; border: 1px solid #ccc; }
 dl.kv { display: grid; grid-template-columns: max-content auto; gap: .15em 1em; }
 dl.kv dt { font-weight: bold; } dl.kv dd { margin: 0; }
@@ -113,7 +115,7 @@ def table(
             )
     attrs = ' class="sortable"' if sortable else ""
     attrs += f' id="{esc(table_id)}"' if table_id else ""
-    out = [f"<table{attrs}>"]
+    out = [f'<div class="scroll"><table{attrs}>']
     if caption:
         out.append(f"<caption>{esc(caption)}</caption>")
     out.append("<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr></thead>")
@@ -127,7 +129,7 @@ def table(
                 attr += f' data-sort="{esc(cell.sort)}"'
             cells.append(f"<td{attr}>{cell.text if cell.markup else esc(cell.text)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "\n".join(out)
 
 
@@ -174,7 +176,7 @@ def page(title: str, body: str, *, generated: str) -> str:
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\n"
         f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
         f"{body}\n"

@@ -1,0 +1,154 @@
+"""Real runs to report on, made once per session in a throw-away git repository.
+
+The repository holds the project's calibration experiment module and a tiny copy of the
+demo plan (fewer cells and trials). Through the real approve / pytest gate it gets: a
+complete calibration run, an incomplete one (a law the library does not know: those items
+fail with a traceback), a refusal (dirty tree), and a run whose controller "died" (a start
+record and items.jsonl, no manifest).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from reportruns import COMPLETE, FAILING_CELL, FAILURE_MESSAGE, INCOMPLETE, KILLED
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class ToyRuns:
+    root: Path
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        done = subprocess.run(
+            list(args), cwd=self.root, env=env, capture_output=True, text=True, check=False
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"{args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+        return done
+
+    def prereg(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return self.run(sys.executable, "-m", "prereg.cli", *args, check=check)
+
+    def git(self, *args: str) -> None:
+        self.run("git", *args)
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+
+def tiny_calibration_plan() -> dict:
+    """The demo plan's calibration stage, shrunk: 2 x 2 x 1 x 2 = 8 cells, 2 benchmark cells."""
+    plan = json.loads((PROJECT / "plans" / "demo" / "STATISTICAL_PIPELINE_PLAN.json").read_text())
+    stage = copy.deepcopy(plan["stages"]["calibration"])
+    sim = stage["parameters"]["simulation"]
+    sim.update(n=[5, 20], laws=["normal", "t5"], rho=[0.0], within_fraction=[0.0, 1.0], trials=200)
+    stage["parameters"]["monte_carlo_bound"]["statements"] = 8
+    stage["parameters"]["bootstrap_benchmark"].update(
+        n=[5], laws=["normal"], within_fraction=[0.0, 1.0], trials=3, draws=20
+    )
+    stage["seed_namespace"] = "calibration-report-check-1.0"
+    return {
+        "plan_id": "report-check-1.0",
+        "protocol": plan["protocol"],
+        "environment_pins": plan["environment_pins"],
+        "parameters": {"decision": plan["parameters"]["decision"]},
+        "stages": {"calibration": stage},
+    }
+
+
+def _write_plan(root: Path, plan: dict) -> None:
+    (root / "plans" / "PLAN.json").write_text(json.dumps(plan, indent=2) + "\n")
+
+
+def _approve(toy: ToyRuns, run_id: str) -> None:
+    toy.prereg("approve", "--stage", "calibration", "--run-id", run_id, "--accept-deviations")
+    toy.git("add", "-A")
+    toy.git("commit", "-q", "-m", f"Approve {run_id}")
+
+
+def _run_stage(toy: ToyRuns) -> subprocess.CompletedProcess:
+    return toy.run(
+        sys.executable,
+        "-m",
+        "pytest",
+        "--research-stage=calibration",
+        "-p",
+        "no:cacheprovider",
+        check=False,
+    )
+
+
+def make_toy_runs(root: Path) -> ToyRuns:
+    (root / "plans" / "approvals").mkdir(parents=True)
+    (root / "experiments").mkdir()
+    toy = ToyRuns(root)
+    toy.git("init", "-q")
+    toy.git("config", "user.email", "researcher@example.org")
+    toy.git("config", "user.name", "Researcher")
+    (root / "pytest.ini").write_text(
+        "[pytest]\ntestpaths = experiments\naddopts = -p no:randomly\n"
+        "prereg_plans = plans/PLAN.json\nprereg_research_paths = experiments\n"
+    )
+    (root / "conftest.py").write_text('pytest_plugins = ("prereg.plugin",)\n')
+    (root / ".gitignore").write_text("runs/\n__pycache__/\n")
+    shutil.copy(PROJECT / "experiments" / "test_calibration.py", root / "experiments")
+    (root / "plans" / "BASELINE.json").write_text(json.dumps({"description": "none", "files": {}}))
+    plan = tiny_calibration_plan()
+    _write_plan(root, plan)
+    toy.git("add", "-A")
+    toy.git("commit", "-q", "-m", "Toy calibration project")
+
+    _approve(toy, COMPLETE)
+    done = _run_stage(toy)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    module = root / "experiments" / "test_calibration.py"
+    text = module.read_text()
+    call = "    calibration.run_simulation_item(research.plan, simulation_cell, rng, research.outputs)\n"
+    assert call in text, "experiments/test_calibration.py changed: update the report checks"
+    module.write_text(
+        text.replace(
+            call,
+            call
+            + (
+                "    if calibration.simulation_id(simulation_cell) == " + repr(FAILING_CELL) + ":\n"
+                "        raise RuntimeError(" + repr(FAILURE_MESSAGE) + ")\n"
+            ),
+        )
+    )
+    toy.git("add", "-A")
+    toy.git("commit", "-q", "-m", "One cell fails on purpose")
+    _approve(toy, INCOMPLETE)
+    (root / "untracked-notes.txt").write_text("makes the tree dirty: the gate refuses")
+    refused = _run_stage(toy)
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    (root / "untracked-notes.txt").unlink()
+    done = _run_stage(toy)
+    assert done.returncode != 0, "the run with a failing cell must fail"
+
+    # A controller killed after one item: its start record and item log survive, no manifest.
+    killed = toy.run_dir(KILLED)
+    killed.mkdir()
+    start = json.loads((toy.run_dir(COMPLETE) / "start.json").read_text())
+    start.update(run_id=KILLED)
+    (killed / "start.json").write_text(json.dumps(start))
+    first = (toy.run_dir(COMPLETE) / "items.jsonl").read_text().splitlines()[0]
+    (killed / "items.jsonl").write_text(first + "\n")
+    return toy
+
+
+@pytest.fixture(scope="session")
+def toy_runs(tmp_path_factory: pytest.TempPathFactory) -> ToyRuns:
+    return make_toy_runs(tmp_path_factory.mktemp("report") / "toy")

@@ -1,0 +1,131 @@
+"""Reports of the other stage kinds, each from a small real run made here.
+
+E04: the E04 checks' throw-away project (token-hash backend, two synthetic tasks).
+RP002A stages 2-4: the pipeline checks' tiny plan run end to end through the demo path
+(slow: about a minute on two cores). Both reuse the helpers of those check folders.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from browser_probe import CHROMIUM_PATH, check_in_browser
+
+from prereg.report import load_run, render_report
+
+pytestmark = pytest.mark.software
+CHECKS = Path(__file__).resolve().parents[1]
+
+
+def _helpers(relative: str):
+    """A helper module of another check folder (by path), under a name of its own."""
+    name = "report_reuses_" + relative.replace("/", "_").removesuffix(".py")
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, CHECKS / relative)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _browser(page: Path, tmp_path: Path, capsys) -> None:
+    if not CHROMIUM_PATH.exists():
+        return  # the browser checks of test_report_browser.py say why they are skipped
+    png = check_in_browser(page, tmp_path)
+    with capsys.disabled():
+        print(f"\nscreenshot of {page.name}: {png}")
+
+
+@pytest.fixture(scope="module")
+def e04_run(tmp_path_factory) -> Path:
+    helpers = _helpers("e04_stage/e04_stage_project.py")
+    base = tmp_path_factory.mktemp("e04report")
+    project = helpers.make_project(
+        base / "project", helpers.make_fixture(base / "fixture"), helpers.check_plan()
+    )
+    project.approve("e04-20261130-001")
+    done = project.pytest("--research-stage=e04")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return project.run_dir("e04-20261130-001")
+
+
+def test_e04_report_per_harness_tables_s001_once_and_dose_plots(e04_run, tmp_path, capsys):
+    root = e04_run.parents[1]
+    page = render_report(root, load_run(e04_run), audit="none")
+    summary = json.loads((e04_run / "summary" / "e04_summary.json").read_text())
+    assert "E04 robustness results" in page and "SYNTHETIC data" in page
+    for row in summary["baseline"]:
+        harness = row["harness"]
+        assert f"{harness}: means over tasks" in page
+        assert f"{harness}: paired outcomes" in page
+    doses = [
+        r["dose"] for r in summary["S002"] if r["harness"] == summary["baseline"][0]["harness"]
+    ]
+    for dose in doses:
+        assert page.count(f"<td>S002 dose {dose}</td>") == 2 * len(summary["baseline"])
+    # S001: one row per shared_key (task x harness) in the per-task table, not one per cell
+    units = summary["units"]["S001_task_harness"]
+    assert f"S001 per task and harness ({units} units, one per shared_key)" in page
+    assert units * 3 == summary["cells"], "three composite cells share each S001 unit"
+    assert page.count("<img ") == 2, "rank displacement and retention by dose"
+    path = tmp_path / "e04.html"
+    path.write_text(page, encoding="utf-8")
+    _browser(path, tmp_path, capsys)
+
+
+@pytest.fixture(scope="module")
+def rp002a_runs(tmp_path_factory) -> Path:
+    helpers = _helpers("pipeline/pipelinerepo.py")
+    clone = helpers.scratch_clone(tmp_path_factory.mktemp("rp002areport"), helpers.tiny_plan())
+    stages = ("calibration", "target-variance", "confirmatory-config", "confirmatory")
+    return helpers.run_pipeline(clone, helpers.steps(*stages)) / "runs"
+
+
+def _page(runs: Path, stage: str) -> str:
+    (run,) = [p for p in runs.iterdir() if p.name.startswith(f"{stage}-2")]
+    return render_report(runs.parent, load_run(run), audit="none"), run
+
+
+@pytest.mark.slow
+def test_confirmatory_report_has_forest_plot_decisions_in_protocol_order_and_caveats(
+    rp002a_runs, tmp_path, capsys
+):
+    page, run = _page(rp002a_runs, "confirmatory")
+    result = json.loads((run / "summary" / "decisions.json").read_text())
+    assert "Confirmatory results" in page
+    positions = [page.index(f"<td>{r['contrast']}</td>") for r in result["contrasts"]]
+    assert positions == sorted(positions), "decision table in the protocol's order"
+    for r in result["contrasts"]:
+        assert f"<strong>{r['decision']}</strong>" in page
+    for text in (result["assumptions"], result["limitations"], result["rationale"]):
+        assert text.replace("'", "&#x27;") in page
+    assert f"dashed lines at ±{result['margin_nats']:g}" in page
+    # forest plot, per-replicate strip plot, training curves, reliability diagrams
+    assert page.count("<img ") == 4
+    path = tmp_path / "confirmatory.html"
+    path.write_text(page, encoding="utf-8")
+    _browser(path, tmp_path, capsys)
+
+
+@pytest.mark.slow
+def test_target_variance_and_config_reports(rp002a_runs, tmp_path, capsys):
+    page, run = _page(rp002a_runs, "target-variance")
+    summary = json.loads((run / "summary" / "variance_summary.json").read_text())
+    assert "Target-variance results" in page and summary["note"] in page
+    for row in summary["contrasts"]:
+        values = ", ".join(f"{v['value']:+.5f}" for v in row["per_replicate"])
+        assert values in page
+    assert page.count("<img ") == 3, "strip plot, training curves, reliability diagrams"
+    assert page.count("<tr><td>") >= len(summary["training_flags"])
+    config_page, config_run = _page(rp002a_runs, "confirmatory-config")
+    config = json.loads((config_run / "summary" / "CONFIRMATORY_CONFIG.json").read_text())
+    assert f"<dd>{config['branch']}</dd>" in config_page
+    for candidate in config["candidates"]:
+        assert f'<td class="num" data-sort="{candidate["n"]}">{candidate["n"]}</td>' in config_page
+    path = tmp_path / "target-variance.html"
+    path.write_text(page, encoding="utf-8")
+    _browser(path, tmp_path, capsys)

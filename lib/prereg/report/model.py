@@ -1,0 +1,185 @@
+"""What a report knows about one run: read from the run folder, never written back.
+
+A run folder ``runs/<run-id>/`` is complete or incomplete (its manifest says), or has a
+start record and no manifest (running, or its controller was killed: the items come
+from ``items.jsonl``). A refusal (``runs/refusals/*.json``) never spent a run id and has
+status ``refused``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from prereg import gitrepo
+from prereg.hashing import read_json
+from prereg.runs import COMPLETE, ITEM_LOG, MANIFEST, START_RECORD, refusals_dir
+
+REFUSED = "refused"
+NO_MANIFEST = "no manifest"
+
+
+class ReportInputError(ValueError):
+    """The path given to the report is not a run folder or refusal record."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run (or refusal) as the report shows it."""
+
+    run_id: str
+    path: Path  # the run folder, or the refusal record file
+    stage: str | None
+    status: str  # complete | incomplete | no manifest | refused
+    start: dict | None
+    manifest: dict | None
+    items: tuple[dict, ...]  # manifest items, else the lines of items.jsonl
+    refusal: dict | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.status == COMPLETE
+
+    @property
+    def when(self) -> str | None:
+        if self.refusal is not None:
+            return self.refusal.get("refused_at")
+        return (self.manifest or self.start or {}).get("started_at")
+
+    @property
+    def elapsed_seconds(self) -> float | None:
+        return (self.manifest or {}).get("elapsed_seconds")
+
+
+def _item_log(run_dir: Path) -> tuple[dict, ...]:
+    path = run_dir / ITEM_LOG
+    if not path.is_file():
+        return ()
+    items = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                items.append(json.loads(line))
+            except json.JSONDecodeError:
+                items.append({"nodeid": f"(unreadable line {number} of {ITEM_LOG})"})
+    return tuple(items)
+
+
+def load_run(run_dir: Path) -> RunRecord:
+    """The run in ``run_dir`` (a folder holding ``start.json``), or a refusal record file."""
+    run_dir = Path(run_dir)
+    if run_dir.is_file() and run_dir.suffix == ".json":
+        return load_refusal(run_dir)
+    if not (run_dir / START_RECORD).is_file():
+        raise ReportInputError(
+            f"run_dir {run_dir} holds no {START_RECORD}: it is not a started run. Give a run "
+            "folder (runs/<run-id>) or a refusal record (runs/refusals/<name>.json)"
+        )
+    start = read_json(run_dir / START_RECORD, what="start record")
+    if (run_dir / MANIFEST).is_file():
+        manifest = read_json(run_dir / MANIFEST, what="manifest")
+        return RunRecord(
+            run_id=manifest["run_id"],
+            path=run_dir,
+            stage=manifest["stage"],
+            status=manifest["status"],
+            start=start,
+            manifest=manifest,
+            items=tuple(manifest["items"]),
+        )
+    return RunRecord(
+        run_id=start["run_id"],
+        path=run_dir,
+        stage=start.get("stage"),
+        status=NO_MANIFEST,
+        start=start,
+        manifest=None,
+        items=_item_log(run_dir),
+    )
+
+
+def load_refusal(path: Path) -> RunRecord:
+    data = read_json(path, what="refusal record")
+    return RunRecord(
+        run_id=data.get("run_id") or Path(path).stem,
+        path=Path(path),
+        stage=data.get("stage"),
+        status=REFUSED,
+        start=None,
+        manifest=None,
+        items=(),
+        refusal=data,
+    )
+
+
+def refusals(root: Path) -> list[RunRecord]:
+    folder = refusals_dir(root)
+    return [load_refusal(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+
+
+@dataclass(frozen=True)
+class PeakMemory:
+    """The largest per-item peak RSS, where it was measured and in what scope(s)."""
+
+    bytes: int
+    nodeid: str
+    scopes: tuple[str, ...]  # every distinct peak_rss_scope among the items
+
+
+def peak_memory(items: tuple[dict, ...]) -> PeakMemory | None:
+    """Max of ``peak_rss_bytes`` over items that recorded one (None when none did)."""
+    measured = [i for i in items if isinstance(i.get("peak_rss_bytes"), int)]
+    if not measured:
+        return None
+    top = max(measured, key=lambda i: i["peak_rss_bytes"])
+    scopes = tuple(sorted({str(i.get("peak_rss_scope", "unstated")) for i in measured}))
+    return PeakMemory(top["peak_rss_bytes"], top["nodeid"], scopes)
+
+
+@dataclass(frozen=True)
+class Missing:
+    """What an incomplete run lacks: expected vs present items and the items not passed."""
+
+    expected: int | None  # None: unknown (no manifest)
+    present: int
+    passed: int
+    not_passed: tuple[tuple[str, str], ...]  # (nodeid, outcome)
+
+
+def missing_items(record: RunRecord) -> Missing:
+    expected = (record.manifest or {}).get("expected_items")
+    present = [i for i in record.items if i.get("phases")]
+    not_passed = tuple(
+        (i.get("nodeid", "?"), i.get("outcome", "?"))
+        for i in record.items
+        if i.get("outcome") != "passed"
+    )
+    passed = sum(1 for i in record.items if i.get("outcome") == "passed")
+    return Missing(expected, len(present), passed, not_passed)
+
+
+def plan_at_run(root: Path, record: RunRecord) -> tuple[dict | None, str]:
+    """The plan as it was at the run's source commit, and where it was read from.
+
+    Falls back to the working copy (said so) when the commit or path is not available.
+    """
+    manifest = record.manifest
+    commit = (manifest or {}).get("source_commit") or (record.start or {}).get("source_commit")
+    rel = (manifest or {}).get("plan", {}).get("path")
+    if rel is None and record.path.is_dir():
+        approval = record.path / "approval.json"
+        if approval.is_file():
+            rel = read_json(approval, what="approval copy")["plan"]["path"]
+    if rel is None:
+        return None, "no plan path recorded"
+    if commit:
+        try:
+            if gitrepo.commit_exists(root, commit):
+                return json.loads(gitrepo.show_bytes(root, commit, rel)), f"{rel} at {commit[:12]}"
+        except (gitrepo.GitError, ValueError):
+            pass
+    path = Path(root) / rel
+    if path.is_file():
+        return read_json(path, what="plan"), f"{rel} (working copy: the run's commit is not here)"
+    return None, f"{rel} not found"

@@ -1,0 +1,206 @@
+"""Render one run's page and the index of all runs, and write them under ``runs/reports/``.
+
+Reports live in ``runs/reports/<run-id>.html`` (refusals: ``refused-<record>.html``) and the
+index in ``runs/reports/index.html``, not inside the run folder: a run folder is the hashed
+record the audit checks file by file (an extra file there is a finding), while a report is
+derived from it and can be regenerated at any time.
+"""
+
+from __future__ import annotations
+
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+from prereg.hashing import read_json, sha256_file
+from prereg.report import header
+from prereg.report import html as h
+from prereg.report.model import NO_MANIFEST, REFUSED, RunRecord, load_run, plan_at_run, refusals
+from prereg.report.sections import SectionContext, section_for
+from prereg.runs import MANIFEST, all_runs, audits_dir, runs_dir
+
+AUDIT_MODES = ("full", "cached", "none")
+
+
+def reports_dir(root: Path) -> Path:
+    return runs_dir(root) / "reports"
+
+
+def report_path(root: Path, record: RunRecord) -> Path:
+    if record.status == REFUSED:
+        return reports_dir(root) / f"refused-{record.path.stem}.html"
+    return reports_dir(root) / f"{record.run_id}.html"
+
+
+def audit_verdict(root: Path, record: RunRecord, mode: str) -> header.AuditVerdict:
+    """Run the audit as ``mode`` says: full (replay now), cached (stored replay verdict), none."""
+    if mode not in AUDIT_MODES:
+        raise ValueError(f"audit mode {mode!r} is not one of {AUDIT_MODES}")
+    if record.status == REFUSED:
+        return header.AuditVerdict("nothing to audit", (), "a refusal spends no run id")
+    if mode == "none":
+        return header.AuditVerdict("not audited", (), "skipped (--no-audit)")
+    try:
+        return _audit(root, record, mode)
+    except Exception as err:  # noqa: BLE001 -- an audit that cannot run is itself the verdict
+        return header.AuditVerdict(
+            "audit could not run", (f"{type(err).__name__}: {err}",), f"mode {mode}"
+        )
+
+
+def _audit(root: Path, record: RunRecord, mode: str) -> header.AuditVerdict:
+    from prereg.audit import audit_run, audit_run_cached
+
+    if mode == "full":
+        findings = audit_run(root, record.path)
+        what = "hashes, approval binding and replay, all checked now (prereg.audit.audit_run)"
+    else:
+        stored = _stored_clean(root, record.path)
+        findings = audit_run_cached(root, record.path)
+        what = (
+            "hashes and approval binding checked now; replay: the clean verdict stored in "
+            "runs/audits/ for this exact manifest SHA-256"
+            if stored
+            else "hashes, approval binding and replay, all checked now (verdict stored in runs/audits/)"
+        )
+    if not record.complete:
+        what = "hashes and approval binding checked now; an incomplete run is not replayed"
+    verdict = "clean" if not findings else f"{len(findings)} finding(s)"
+    return header.AuditVerdict(verdict, tuple(findings), what)
+
+
+def _stored_clean(root: Path, run_dir: Path) -> bool:
+    store = audits_dir(root) / f"{run_dir.name}.json"
+    if not store.is_file() or not (run_dir / MANIFEST).is_file():
+        return False
+    cached = read_json(store, what="stored audit verdict")
+    return cached.get("manifest_sha256") == sha256_file(run_dir / MANIFEST) and not cached.get(
+        "findings"
+    )
+
+
+def _kind(plan: dict | None, stage: str | None) -> str | None:
+    try:
+        return plan["stages"][stage]["kind"]
+    except (KeyError, TypeError):
+        return None
+
+
+def render_report(
+    root: Path, record: RunRecord, *, audit: str = "cached", now: str | None = None
+) -> str:
+    """The whole HTML page of one run or refusal."""
+    generated = now or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    title = f"{record.stage or '?'} {record.run_id}: {record.status}"
+    nav = '<p><a href="index.html">all runs</a></p>'
+    if record.status == REFUSED:
+        body = [f"<h1>{h.esc(title)}</h1>", nav, header.refusal_section(record)]
+        return h.page(title, "\n".join(body), generated=generated)
+    plan, plan_source = plan_at_run(root, record)
+    kind = _kind(plan, record.stage)
+    body = [
+        f"<h1>{h.esc(title)}</h1>",
+        nav,
+        header.header_section(record, plan_source=plan_source, kind=kind),
+        header.audit_section(audit_verdict(root, record, audit)),
+    ]
+    if record.complete:
+        renderer = section_for(kind)
+        if renderer is None:
+            body.append(
+                h.section(
+                    "Stage results",
+                    h.paragraph(
+                        f"No report section is registered for stage kind {kind!r}; the summary files are "
+                        f"listed in the manifest."
+                    ),
+                    section_id="stage",
+                )
+            )
+        else:
+            context = SectionContext(root=root, record=record, plan=plan, kind=kind)
+            try:
+                body.append(renderer(context))
+            except Exception:  # noqa: BLE001 -- a broken summary must not hide the rest
+                body.append(
+                    h.section(
+                        "Stage results could not be rendered",
+                        h.pre(traceback.format_exc()),
+                        section_id="stage-error",
+                    )
+                )
+    else:
+        body.append(header.failure_section(record))
+    body.append(header.items_section(record))
+    return h.page(title, "\n".join(body), generated=generated)
+
+
+def write_report(root: Path, run_path: Path, *, audit: str = "cached") -> Path:
+    """Render the run (or refusal record) at ``run_path`` and write its page; returns the path."""
+    record = load_run(Path(run_path))
+    path = report_path(root, record)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_report(root, record, audit=audit), encoding="utf-8")
+    return path
+
+
+def every_run(root: Path) -> list[RunRecord]:
+    """Every started run under runs/ (by run id), then every refusal (by record name)."""
+    return [load_run(state.path) for state in all_runs(root)] + refusals(root)
+
+
+def index_rows(root: Path, records: list[RunRecord], *, audit: str = "cached") -> list[dict]:
+    """One row per run or refusal: stage, run id, status, when, elapsed, audit verdict."""
+    rows = []
+    for record in records:
+        if record.status == NO_MANIFEST and audit != "none":
+            verdict = header.AuditVerdict("not auditable (no manifest)", (), "")
+        else:
+            verdict = audit_verdict(root, record, audit)
+        rows.append(
+            {
+                "stage": record.stage,
+                "run_id": record.run_id,
+                "status": record.status,
+                "when": record.when,
+                "elapsed_seconds": record.elapsed_seconds,
+                "budget_seconds": (record.manifest or {}).get("budget", {}).get("seconds"),
+                "audit": verdict.verdict,
+                "audit_findings": list(verdict.findings),
+                "path": str(record.path),
+                "report": str(report_path(root, record)),
+            }
+        )
+    return rows
+
+
+def render_index(rows: list[dict], *, now: str | None = None) -> str:
+    generated = now or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    table = h.table(
+        ["stage", "run id", "status", "when (UTC)", "elapsed (s)", "budget (s)", "audit"],
+        [
+            [
+                r["stage"],
+                h.Cell(
+                    f'<a href="{h.esc(Path(r["report"]).name)}">{h.esc(r["run_id"])}</a>',
+                    sort=r["run_id"],
+                    markup=True,
+                ),
+                h.Cell(header.status_badge(r["status"]), sort=r["status"], markup=True),
+                r["when"],
+                r["elapsed_seconds"],
+                r["budget_seconds"],
+                r["audit"],
+            ]
+            for r in rows
+        ],
+    )
+    body = f"<h1>Runs</h1>\n<p>{len(rows)} run(s) and refusal(s) under runs/.</p>\n{table}"
+    return h.page("prereg runs", body, generated=generated)
+
+
+def write_index(root: Path, rows: list[dict]) -> Path:
+    path = reports_dir(root) / "index.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_index(rows), encoding="utf-8")
+    return path
