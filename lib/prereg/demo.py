@@ -111,10 +111,17 @@ def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = N
     except DemoFailed as err:
         print(f"\nprereg demo: stopped: {err}. Everything written so far is kept in {out}")
         return 1
+    try:
+        _run([py, "-m", "prereg.cli", "report", "--all"], clone, env)
+    except DemoFailed as err:
+        print(f"\nprereg demo: the reports could not be written: {err}")
+        return 1
     print("\n=== demo finished: every stage complete and audited clean ===")
     for run in done_runs:
         manifest = read_json(run / "manifest.json", what="manifest")
         print(f"  {manifest['stage']:<22} {manifest['status']:<10} {run / 'manifest.json'}")
         if (run / "summary").exists():
             print(f"  {'':<22} {'summary':<10} {run / 'summary'}")
+        print(f"  {'':<22} {'report':<10} {clone / 'runs' / 'reports' / (run.name + '.html')}")
+    print(f"  runs index: {clone / 'runs' / 'reports' / 'index.html'}")
     return 0
