@@ -34,6 +34,7 @@ class ItemContext:
     deadline: float | None  # wall-clock (time.time()) deadline when the budget is enforced
     inputs: dict[str, Path] = field(default_factory=dict)  # bound by the approval (--input)
     required_runs: dict[str, Path] = field(default_factory=dict)  # stage -> run folder consumed
+    progress_log: Path | None = None  # runs/progress/<run-id>.log, outside the hashed run folder
     record: dict = field(default_factory=dict)
 
     @property
@@ -68,6 +69,14 @@ class ItemContext:
     def torch_generator(self, *coords: object):
         self.seed(*coords)
         return seeds.torch_generator(self.seed_namespace, *coords)
+
+    def progress(self, message: str) -> None:
+        """Append one line to the run's progress log (``tail -f`` it during long runs)."""
+        if self.progress_log is None:
+            return
+        stamp = time.strftime("%H:%M:%S")
+        with open(self.progress_log, "a", encoding="utf-8") as handle:
+            handle.write(f"{stamp} {self.record.get('output_dir', '?')}: {message}\n")
 
     def check_budget(self) -> None:
         if self.deadline is not None and time.time() > self.deadline:

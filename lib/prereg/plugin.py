@@ -24,7 +24,7 @@ from prereg import manifest, provenance
 from prereg.context import BudgetExceeded, ItemContext
 from prereg.hashing import file_entries, read_json, sha256_file
 from prereg.plans import Plan, load_plan
-from prereg.runs import ITEMS_DIR, START_RECORD, run_dir
+from prereg.runs import ITEMS_DIR, START_RECORD, progress_log, run_dir
 
 STAGE_OPTION = "--research-stage"
 RUN_ID_OPTION = "--run-id"
@@ -244,6 +244,7 @@ def research(request: pytest.FixtureRequest, _prereg_plan: dict) -> ItemContext:
         required_runs={
             k: run_dir(Path(settings.root), v) for k, v in (settings.required_runs or {}).items()
         },
+        progress_log=progress_log(Path(settings.root), settings.run_id),
     )
     context.check_budget()
     record["thread_settings"] = provenance.apply_thread_limits(settings.threads)
@@ -327,12 +328,21 @@ class Controller:
             root=self.root,
         )
         self.approval = record
+        progress = progress_log(self.root, record.run_id)
+        progress.parent.mkdir(parents=True, exist_ok=True)
+        progress.touch()
         deadline = self.started + spec["budget_seconds"] if spec["budget_enforced"] else None
         self.settings = settings = Settings(
             **{**asdict(settings), "deadline": deadline, "gate_passed": True}
         )
         self.config.stash[SETTINGS] = settings
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        log = progress_log(self.root, self.settings.run_id).relative_to(self.root)
+        return [
+            f"prereg: run {self.settings.run_id} of stage {self.settings.stage}; follow it with tail -f {log}"
+        ]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
@@ -448,6 +458,9 @@ class Controller:
                 "=", f"prereg: run {self.settings.run_id} {getattr(self, 'status', '?')}"
             )
             terminalreporter.write_line(f"manifest: {self.run_dir / 'manifest.json'}")
+            terminalreporter.write_line(
+                f"progress log: {progress_log(self.root, self.settings.run_id)}"
+            )
             terminalreporter.write_line(
                 f"audit it: prereg audit {self.run_dir.relative_to(self.root)}"
             )

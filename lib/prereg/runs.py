@@ -49,6 +49,11 @@ def refusals_dir(root: Path) -> Path:
     return runs_dir(root) / "refusals"
 
 
+def progress_log(root: Path, run_id: str) -> Path:
+    """Live progress lines of a run; not part of the manifest (timing is not a result)."""
+    return runs_dir(root) / "progress" / f"{run_id}.log"
+
+
 def audits_dir(root: Path) -> Path:
     return runs_dir(root) / "audits"
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any, Protocol
 
 import numpy as np
@@ -65,12 +66,15 @@ class Ranking:
     """One search result: ranked files, ranked functions and the query time.
 
     ``files`` holds ``(path, score)``; ``functions`` holds
-    ``(path, name, receiver, score)``; ``query_seconds`` is wall time.
+    ``(path, name, receiver, score)``; ``query_seconds`` is wall time;
+    ``chunk_indices[i]`` is the position of ``functions[i]`` in the index's
+    ``chunks`` (so its line span and text can be read back).
     """
 
     files: tuple[tuple[str, float], ...]
     functions: tuple[tuple[str, str, str | None, float], ...]
     query_seconds: float
+    chunk_indices: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -275,11 +279,12 @@ def _function_ranking(
     files: Sequence[tuple[str, float]],
     chunks: Sequence[GoFunction],
     chunk_scores: np.ndarray,
-) -> tuple[tuple[str, str, str | None, float], ...]:
+) -> tuple[tuple[tuple[str, str, str | None, float], ...], tuple[int, ...]]:
     by_file: dict[str, list[int]] = {}
     for i, chunk in enumerate(chunks):
         by_file.setdefault(chunk.path, []).append(i)
     result = []
+    order = []
     for path, _ in files:
         members = by_file.get(path, [])
         members.sort(
@@ -294,7 +299,15 @@ def _function_ranking(
         for i in members:
             chunk = chunks[i]
             result.append((chunk.path, chunk.name, chunk.receiver, float(chunk_scores[i])))
-    return tuple(result)
+            order.append(i)
+    return tuple(result), tuple(order)
+
+
+@lru_cache(maxsize=1 << 16)
+def _text_tokens(text: str) -> tuple[str, ...]:
+    """``tokenize(text)`` as a tuple, remembered: a perturbed corpus re-indexes mostly the
+    same texts (S002 rebuilds every structure), and tokenizing dominates a BM25 build."""
+    return tuple(tokenize(text))
 
 
 class LexicalIndex:
@@ -307,7 +320,7 @@ class LexicalIndex:
         self.chunks = _sorted_functions(functions, texts)
         self.files = BM25Index(
             {
-                path: (tokenize(path) if spec.include_path else []) + tokenize(text)
+                path: (_text_tokens(path) if spec.include_path else ()) + _text_tokens(text)
                 for path, text in texts.items()
             },
             spec.bm25,
@@ -316,7 +329,8 @@ class LexicalIndex:
         if self.chunks and spec.function_ranking == "bm25":
             width = len(str(len(self.chunks)))
             self.chunk_bm25 = BM25Index(
-                {f"{i:0{width}d}": tokenize(c.text) for i, c in enumerate(self.chunks)}, spec.bm25
+                {f"{i:0{width}d}": _text_tokens(c.text) for i, c in enumerate(self.chunks)},
+                spec.bm25,
             )
         self._embedding = (0, 0, 0)
         self._build_seconds = time.perf_counter() - start
@@ -331,8 +345,8 @@ class LexicalIndex:
         start = time.perf_counter()
         tokens = _query_tokens(query)
         files = self.files.search_tokens(tokens, self.spec.candidate_limit)
-        functions = _function_ranking(files, self.chunks, self._chunk_scores_bm25(tokens))
-        return Ranking(tuple(files), functions, time.perf_counter() - start)
+        functions, order = _function_ranking(files, self.chunks, self._chunk_scores_bm25(tokens))
+        return Ranking(tuple(files), functions, time.perf_counter() - start, order)
 
     def statistics(self) -> IndexStatistics:
         """Files, chunks, file-vocabulary size, build time, embedding counts."""
@@ -399,8 +413,8 @@ class FusedIndex(LexicalIndex):
         chunk_scores = (
             dense_scores if spec.function_ranking == "dense" else self._chunk_scores_bm25(tokens)
         )
-        functions = _function_ranking(files, self.chunks, chunk_scores)
-        return Ranking(tuple(files), functions, time.perf_counter() - start)
+        functions, order = _function_ranking(files, self.chunks, chunk_scores)
+        return Ranking(tuple(files), functions, time.perf_counter() - start, order)
 
 
 Builder = Callable[..., Index]

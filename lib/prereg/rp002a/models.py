@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from prereg.rp002a.fused_gru import FusedGRU
+from prereg.rp002a.gru_kernel import CompiledGRU  # builds/loads only when instantiated
 
 __all__ = [
     "GRU_IMPLEMENTATIONS",
@@ -207,7 +208,7 @@ def _stock_gru(input_size: int, hidden_size: int) -> nn.Module:
 
 
 GRU_IMPLEMENTATIONS: Mapping[str, Callable[[int, int], nn.Module]] = MappingProxyType(
-    {"fused": FusedGRU, "stock": _stock_gru}
+    {"fused": FusedGRU, "stock": _stock_gru, "compiled": CompiledGRU}
 )
 """Read-only registry of B2's GRU layer: name -> ``factory(input_size, hidden_size)``.
 

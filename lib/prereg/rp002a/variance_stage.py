@@ -252,6 +252,7 @@ def run_unit_item(research, unit: unitlib.Unit) -> dict:
         numpy_rng=research.numpy_generator,
         torch_rng=research.torch_generator,
         deadline=research.deadline,
+        progress=research.progress,
     )
 
 

@@ -1,0 +1,167 @@
+"""Audit replay of an E04 run: nothing is embedded, nothing is trusted.
+
+For every item of the run: its cell belongs to the plan's grid and its recorded seed
+is the plan's derivation; every measure and paired outcome is recomputed from the
+saved rankings; the distractors are regenerated from the seed and compared (path,
+SHA-256, source); every ranking is rebuilt from the repository (BM25) and the cached
+vectors (dense) and compared with the saved one, together with the SHA-256 of the
+vectors used. A vector missing from the cache is a finding, never embedded. Then the
+S001 and baseline copies must be identical per ``shared_key`` and the summary must be
+recomputed byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from prereg.e04 import analysis
+from prereg.e04.backends import CacheOnlyBackend, MissingVectorError
+from prereg.e04.cells import (
+    BASELINE,
+    S001,
+    S002,
+    CorpusStore,
+    Workspace,
+    compute_cell,
+    gold_functions_at_label,
+)
+from prereg.e04.metrics import function_key, token_count
+from prereg.e04.plan import E04Settings
+from prereg.e04.stage import (
+    SUMMARY,
+    SUMMARY_TEXT,
+    _inputs_of_view,
+    _item_cells,
+    _summary,
+    load_inputs,
+    open_cache,
+    settings_of,
+)
+from prereg.hashing import canonical_json, read_json
+from prereg.seeds import derivation, numpy_generator
+from prereg.stages import RunView
+
+# Fields compared after a rebuild: everything reproducible a record holds.
+_REBUILT_FIELDS = ("ranking", "index", "measures", "paired", "distractors", "generated_sha256")
+
+
+def _recompute_findings(
+    name: str,
+    record: dict,
+    baseline: dict,
+    gold_files: Sequence[str],
+    gold_tokens: Sequence[tuple[tuple, int]],
+    settings: E04Settings,
+    limit: int,
+) -> list[str]:
+    findings = []
+    fresh = analysis.measures_from_ranking(
+        record["ranking"], gold_files, gold_tokens, settings, limit
+    )
+    if fresh != record["measures"]:
+        differ = sorted(
+            k
+            for k in set(fresh) | set(record["measures"])
+            if fresh.get(k) != record["measures"].get(k)
+        )
+        findings.append(f"{name}: measures {differ} differ from those recomputed from its ranking")
+    if "paired" in record:
+        paired = analysis.paired_from_rankings(
+            baseline["ranking"], record["ranking"], gold_files, settings, limit
+        )
+        if paired != record["paired"]:
+            findings.append(f"{name}: paired outcomes differ from those recomputed from rankings")
+    return findings
+
+
+def replay_run(view: RunView) -> list[str]:
+    settings: E04Settings = settings_of(view.plan.data, view.stage)
+    namespace = view.plan.stage(view.stage)["seed_namespace"]
+    inputs = _inputs_of_view(view)
+    loaded = load_inputs(settings, inputs)
+    task_ids = [t.task_id for t in loaded.task_file.tasks]
+    expected = _item_cells(view, settings, task_ids)
+    backend = cache = None
+    if settings.dense:
+        backend = CacheOnlyBackend(dict(settings.embedding["identity"]))
+        cache = open_cache(view.root, settings)
+    workspace = Workspace(corpora=CorpusStore(loaded.repository), backend=backend, cache=cache)
+    findings: list[str] = []
+    seen = set()
+    gold_cache: dict[str, list] = {}
+    for item in view.items:
+        name = item["output_dir"]
+        cell = expected.get(name)
+        if cell is None:
+            findings.append(f"item {item['nodeid']} is not a cell of the plan's grid")
+            continue
+        seen.add(name)
+        seed_text = derivation(namespace, cell.task_id, settings.distractor_seed_label)
+        if item.get("seeds") != [seed_text]:
+            findings.append(f"{name}: recorded seeds {item.get('seeds')} are not [{seed_text!r}]")
+            continue
+        task = loaded.task_file.task(cell.task_id)
+        spec = settings.harnesses[cell.harness]
+        if task.task_id not in gold_cache:
+            gold_cache[task.task_id] = [
+                (function_key(g), token_count(g.text, settings.token_pattern))
+                for g in gold_functions_at_label(task, workspace.corpora)
+            ]
+        gold_tokens = gold_cache[task.task_id]
+        folder = view.item_dir(item)
+        records = {n: read_json(folder / n, what=f"{n} of {name}") for n in (BASELINE, S001, S002)}
+        base = records[BASELINE]
+        for file_name, record in records.items():
+            findings += _recompute_findings(
+                f"{name}/{file_name}",
+                record,
+                base,
+                task.gold_files,
+                gold_tokens,
+                settings,
+                spec.candidate_limit,
+            )
+        s002 = records[S002]
+        if (s002["dose"], s002["seed_coordinate"]) != (cell.dose, cell.seed_coordinate):
+            findings.append(f"{name}/{S002}: dose {s002['dose']} is not the plan's {cell.dose}")
+        if s002["synthetic"] != loaded.synthetic:
+            findings.append(
+                f"{name}: 'synthetic' is {s002['synthetic']}, inputs say {loaded.synthetic}"
+            )
+        try:
+            rebuilt = compute_cell(
+                cell,
+                task,
+                settings,
+                workspace,
+                numpy_generator(namespace, cell.task_id, settings.distractor_seed_label),
+                loaded.reformulations.texts,
+                synthetic=loaded.synthetic,
+                seed_derivation=seed_text,
+            )
+        except MissingVectorError as err:
+            findings.append(f"{name}: cannot rebuild the dense rankings: {err}")
+            continue
+        for file_name, record in records.items():
+            fresh = rebuilt.records[file_name]
+            for field in _REBUILT_FIELDS:
+                if fresh.get(field) != record.get(field):
+                    what = {
+                        "distractors": "regenerated distractors (path, SHA-256 or source)",
+                        "generated_sha256": "regenerated distractor hashes",
+                        "index": "index statistics or vector hashes (the cache changed?)",
+                    }.get(field, field)
+                    findings.append(f"{name}/{file_name}: rebuilt {what} differ from the saved")
+    for name in sorted(set(expected) - seen):
+        findings.append(f"cell {name} of the plan's grid has no item in the manifest")
+    if findings:
+        return findings
+    summary, settings, problems = _summary(view)
+    findings += problems
+    if canonical_json(summary) != (view.summary_dir / SUMMARY).read_text(encoding="utf-8"):
+        findings.append(f"summary/{SUMMARY} differs from the summary recomputed from the items")
+    text = analysis.summary_text(summary, settings)
+    if text != (Path(view.summary_dir) / SUMMARY_TEXT).read_text(encoding="utf-8"):
+        findings.append(f"summary/{SUMMARY_TEXT} differs from the recomputed summary")
+    return findings

@@ -1,0 +1,281 @@
+"""E04 stage ``e04`` (kind ``e04.robustness``): the 135-cell retrieval robustness grid.
+
+Inputs bound by the approval: ``repository`` (a git repository, by HEAD commit),
+``tasks`` (the task file, :mod:`prereg.e04.tasks`) and ``reformulations`` (the E02
+artifact, :mod:`prereg.e04.reformulations`). One item per composite cell (task x
+harness x seed coordinate); each writes ``baseline.json``, ``s001.json``, ``s002.json``
+(:mod:`prereg.e04.cells`) and ``cell.timing.json`` (seconds and cache hits: the only
+non-reproducible file). The summary de-duplicates S001 by ``shared_key``
+(:mod:`prereg.e04.analysis`). Replay recomputes every measure from the saved rankings,
+regenerates the distractors, rebuilds every ranking from the cached vectors (BM25 from
+the repository) without embedding anything, and recomputes the summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prereg.context import ItemContext
+from prereg.e04 import analysis
+from prereg.e04.backends import build_backend
+from prereg.e04.cache import VectorCache
+from prereg.e04.cells import (
+    BASELINE,
+    S001,
+    S002,
+    TIMING,
+    CellOutputs,
+    CorpusStore,
+    Workspace,
+    compute_cell,
+)
+from prereg.e04.plan import Cell, E04Settings, grid, settings_from_parameters
+from prereg.e04.reformulations import Reformulations, load_reformulations
+from prereg.e04.tasks import TaskFile, load_task_file, validate_against_repository
+from prereg.hashing import read_json, write_json
+from prereg.plans import Plan
+from prereg.seeds import derivation
+from prereg.stages import RunView, StageKind
+
+INPUTS = ("repository", "tasks", "reformulations")
+SUMMARY = "e04_summary.json"
+SUMMARY_TEXT = "SUMMARY.md"
+ITEM_PREFIX = "test_cell"
+
+
+def settings_of(plan: dict, stage: str) -> E04Settings:
+    return settings_from_parameters(
+        plan["stages"][stage]["parameters"],
+        source=f"plan {plan['plan_id']}: stages.{stage}.parameters",
+    )
+
+
+def validate_plan(plan: Plan, stage: str) -> None:
+    """Schema and consistency of the stage parameters (errors name the field)."""
+    settings_from_parameters(
+        plan.stage(stage)["parameters"], source=f"{plan.path}: stages.{stage}.parameters"
+    )
+
+
+# -- inputs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadedInputs:
+    repository: Path
+    task_file: TaskFile
+    reformulations: Reformulations
+
+    @property
+    def synthetic(self) -> bool:
+        return self.task_file.synthetic or self.reformulations.synthetic
+
+
+def load_inputs(settings: E04Settings, inputs: dict[str, Path]) -> LoadedInputs:
+    """Load the task file and the reformulations; raise ValueError naming task and field."""
+    missing = [name for name in INPUTS if name not in inputs]
+    if missing:
+        raise ValueError(f"E04 needs inputs {list(INPUTS)}; missing {missing} (--input NAME=PATH)")
+    task_file = load_task_file(inputs["tasks"])
+    if task_file.synthetic and not settings.allow_synthetic:
+        raise ValueError(
+            f"input tasks: {inputs['tasks']} is a synthetic task file (field 'synthetic': true); "
+            "this plan (allow_synthetic false) runs the preregistered tasks only"
+        )
+    ids = [t.task_id for t in task_file.tasks]
+    if len(ids) != settings.task_count:
+        raise ValueError(
+            f"input tasks: {inputs['tasks']} holds {len(ids)} tasks ({ids}); the plan's "
+            f"tasks.count is {settings.task_count}"
+        )
+    reformulations = load_reformulations(
+        inputs["reformulations"],
+        expected_code_revision=settings.code_revision,
+        task_ids=ids,
+        allow_synthetic=settings.allow_synthetic,
+    )
+    return LoadedInputs(Path(inputs["repository"]), task_file, reformulations)
+
+
+def check_inputs(plan: Plan, stage: str, inputs: dict[str, Path]) -> None:
+    """``prereg approve``: tasks valid against the repository, reformulations complete."""
+    from prereg.approval import ApprovalError
+
+    settings = settings_from_parameters(
+        plan.stage(stage)["parameters"], source=f"{plan.path}: stages.{stage}.parameters"
+    )
+    try:
+        loaded = load_inputs(settings, inputs)
+        validate_against_repository(loaded.task_file, loaded.repository)
+    except ValueError as err:
+        raise ApprovalError(f"E04 inputs refused: {err}") from None
+
+
+def bound_inputs(settings_obj: Any) -> dict[str, Path]:
+    """name -> path of the inputs the approval binds (``prereg.plugin.Settings``)."""
+    if getattr(settings_obj, "inputs", None):
+        return {name: Path(path) for name, path in settings_obj.inputs.items()}
+    record = read_json(Path(settings_obj.approval_path), what="approval record")
+    return {name: Path(bound["path"]) for name, bound in record["inputs"].items()}
+
+
+def cells_for_run(plan: dict, stage: str, inputs: dict[str, Path]) -> list[Cell]:
+    """The parametrization of the experiment module: the preregistered grid."""
+    settings = settings_of(plan, stage)
+    task_file = load_task_file(inputs["tasks"])
+    return grid(settings, [t.task_id for t in task_file.tasks])
+
+
+# -- items --------------------------------------------------------------------------------
+
+_WORKSPACES: dict[tuple, tuple[Workspace, LoadedInputs]] = {}
+
+
+def open_cache(root: Path, settings: E04Settings) -> VectorCache:
+    path = Path(root) / settings.cache_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return VectorCache(
+        path,
+        conflict_atol=settings.conflict_atol,
+        busy_timeout_seconds=settings.busy_timeout_seconds,
+    )
+
+
+def _lmstudio_client_factory(settings: E04Settings) -> Callable[[], Any]:
+    def connect() -> Any:
+        from prereg.e04.embeddings import lmstudio_client
+
+        options = settings.embedding.get("lmstudio") or {}
+        context = lmstudio_client(options.get("api_host"))
+        return context.__enter__()  # held for the life of the process
+
+    return connect
+
+
+def workspace_for(
+    root: Path, plan: dict, stage: str, inputs: dict[str, Path]
+) -> tuple[Workspace, LoadedInputs]:
+    """This process's workspace (memo): corpora, indexes, shared records, backend, cache."""
+    key = (str(root), plan["plan_id"], stage, tuple(sorted((k, str(v)) for k, v in inputs.items())))
+    if key not in _WORKSPACES:
+        settings = settings_of(plan, stage)
+        loaded = load_inputs(settings, inputs)
+        backend = cache = None
+        if settings.dense:
+            backend = build_backend(
+                dict(settings.embedding), lmstudio_client=_lmstudio_client_factory(settings)
+            )
+            cache = open_cache(root, settings)
+        workspace = Workspace(corpora=CorpusStore(loaded.repository), backend=backend, cache=cache)
+        _WORKSPACES[key] = (workspace, loaded)
+    return _WORKSPACES[key]
+
+
+def run_item(context: ItemContext, cell: Cell, *, root: Path, inputs: dict[str, Path]) -> None:
+    """One composite cell under the research fixture: compute and write its records."""
+    settings = settings_of(context.plan, context.stage)
+    workspace, loaded = workspace_for(root, context.plan, context.stage, inputs)
+    context.coords(
+        task=cell.task_id,
+        harness=cell.harness,
+        seed_coordinate=cell.seed_coordinate,
+        dose=cell.dose,
+    )
+    rng = context.numpy_generator(cell.task_id, settings.distractor_seed_label)
+    outputs = compute_cell(
+        cell,
+        loaded.task_file.task(cell.task_id),
+        settings,
+        workspace,
+        rng,
+        loaded.reformulations.texts,
+        synthetic=loaded.synthetic,
+        seed_derivation=derivation(
+            context.seed_namespace, cell.task_id, settings.distractor_seed_label
+        ),
+    )
+    write_outputs(context.outputs, outputs)
+    context.check_budget()
+
+
+def write_outputs(folder: Path, outputs: CellOutputs) -> None:
+    for name, record in outputs.records.items():
+        write_json(Path(folder) / name, record)
+    write_json(Path(folder) / TIMING, outputs.timing)
+
+
+# -- summary ------------------------------------------------------------------------------
+
+
+def _item_cells(view: RunView, settings: E04Settings, task_ids: list[str]) -> dict[str, Cell]:
+    return {f"{ITEM_PREFIX}[{c.item_id}]": c for c in grid(settings, task_ids)}
+
+
+def _inputs_of_view(view: RunView) -> dict[str, Path]:
+    return {name: Path(bound["path"]) for name, bound in view.approval["inputs"].items()}
+
+
+def _collect(view: RunView, settings: E04Settings) -> tuple[dict, dict, list[dict], list[str]]:
+    """(baseline by key, S001 by key, S002 records, problems) from the items' files."""
+    shared_base, shared_s001, s002 = [], [], []
+    for item in sorted(view.items, key=lambda i: i["output_dir"]):
+        folder = view.item_dir(item)
+        for name, bucket in ((BASELINE, shared_base), (S001, shared_s001)):
+            data = (folder / name).read_bytes()
+            record = read_json(folder / name, what=f"{name} of {item['nodeid']}")
+            bucket.append((item["output_dir"], record["shared_key"], data, record))
+        s002.append(read_json(folder / S002, what=f"{S002} of {item['nodeid']}"))
+    baseline, problems = analysis.dedupe_shared(shared_base)
+    s001, more = analysis.dedupe_shared(shared_s001)
+    return baseline, s001, s002, problems + more
+
+
+def _summary(view: RunView) -> tuple[dict, E04Settings, list[str]]:
+    settings = settings_of(view.plan.data, view.stage)
+    task_file = load_task_file(_inputs_of_view(view)["tasks"])
+    task_ids = [t.task_id for t in task_file.tasks]
+    baseline, s001, s002, problems = _collect(view, settings)
+    synthetic = any(r["synthetic"] for r in s002)
+    summary = analysis.build_summary(
+        settings,
+        plan_id=view.plan.plan_id,
+        synthetic=synthetic,
+        task_ids=task_ids,
+        baseline=baseline,
+        s001=s001,
+        s002=s002,
+        cells=len(view.items),
+    )
+    return summary, settings, problems
+
+
+def summarise(view: RunView) -> None:
+    summary, settings, problems = _summary(view)
+    if problems:
+        raise ValueError("S001/baseline copies are not identical: " + "; ".join(problems))
+    write_json(view.summary_dir / SUMMARY, summary)
+    (view.summary_dir / SUMMARY_TEXT).write_text(
+        analysis.summary_text(summary, settings), encoding="utf-8"
+    )
+
+
+# -- replay -------------------------------------------------------------------------------
+
+
+def replay(view: RunView) -> list[str]:
+    from prereg.e04.replay import replay_run
+
+    return replay_run(view)
+
+
+KIND = StageKind(
+    name="e04.robustness",
+    validate=validate_plan,
+    check_inputs=check_inputs,
+    summarise=summarise,
+    replay=replay,
+    doc=__doc__ or "",
+)
