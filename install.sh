@@ -24,3 +24,4 @@ fi
 .venv/bin/python -m pip install --quiet torch==2.13.0
 .venv/bin/python -m pip install --quiet -e '.[dev]'
 .venv/bin/python -c "import prereg, torch, faiss, bm25s, tree_sitter_go, lmstudio; print('prereg installed in .venv (torch', torch.__version__ + ')')"
+.venv/bin/python -m prereg.rp002a.gru_kernel --build  # compiles the "compiled" GRU kernel (C++, needs CXX or c++)

@@ -137,7 +137,7 @@ def test_initialise_rejects_non_generator():
 
 
 def test_registry_names_and_no_fallback():
-    assert sorted(GRU_IMPLEMENTATIONS) == ["fused", "stock"]
+    assert sorted(GRU_IMPLEMENTATIONS) == ["compiled", "fused", "stock"]
     with pytest.raises(ModelSpecError, match="never falls back"):
         build_model("B2", B2_PLAN, implementation="cudnn")
     with pytest.raises(TypeError):

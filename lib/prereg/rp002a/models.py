@@ -11,8 +11,10 @@ reference plan 0..3 are the visible state and 4 is an erasure) to logits
   ReLU, ``Conv1d(hidden_channels, n_targets, 1)``. Position ``t`` sees exactly
   ``t - window + 1 .. t``.
 * **B2** - recurrent: one-hot observations, a single-layer GRU with
-  ``hidden`` units (``"fused"``: :class:`~prereg.rp002a.fused_gru.FusedGRU`;
-  ``"stock"``: ``torch.nn.GRU``), zero initial state, ``Linear(hidden, n_targets)``.
+  ``hidden`` units (``"compiled"``: the C++ kernel of :mod:`prereg.rp002a.gru_kernel`;
+  ``"fused"``: :class:`~prereg.rp002a.fused_gru.FusedGRU`; ``"stock"``: ``torch.nn.GRU``;
+  all three compute the same function to 1e-6), zero initial state,
+  ``Linear(hidden, n_targets)``.
 
 Sizes come from the plan; :func:`build_model` is the only factory a stage should
 call. Initialisation is explicit and generator driven
@@ -304,7 +306,7 @@ def build_model(
     sizes : B1Sizes, B2Sizes or mapping
         A mapping is read with :func:`sizes_from_dict` (unknown/missing keys refused).
     implementation : str or None
-        B2: a key of :data:`GRU_IMPLEMENTATIONS` (``"fused"``, ``"stock"``),
+        B2: a key of :data:`GRU_IMPLEMENTATIONS` (``"compiled"``, ``"fused"``, ``"stock"``),
         required. B1: must be None (it has one implementation).
     generator : torch.Generator or None
         If given, parameters are drawn with :func:`initialise_parameters`;

@@ -221,6 +221,7 @@ def run_unit(
             "epoch_seconds": [round(e.seconds, 4) for e in result.trace],
             "peak_rss_bytes": peak.bytes,
             "peak_rss_scope": peak.scope,
+            "implementation": implementation_record(plan, name),
         }
     save_npz(outputs / PROBABILITIES, probabilities)
     analysis = assessment_analysis(plan, unit, datasets, probabilities)
@@ -231,6 +232,16 @@ def run_unit(
         outputs / TIMING, {"non_reproducible": "wall time and peak memory per fit", "fits": timing}
     )
     return record
+
+
+def implementation_record(plan: dict, model: str) -> dict | None:
+    """Which build of the named implementation ran (machine-specific, so kept with timing)."""
+    implementation = plan["parameters"]["models"][model].get("implementation")
+    if implementation != "compiled":
+        return None if implementation is None else {"name": implementation}
+    from prereg.rp002a.gru_kernel import load_kernel
+
+    return {"name": implementation, **load_kernel().to_dict()}
 
 
 def unit_record(plan: dict, unit: Unit, datasets, table: dict, fits: dict, analysis: dict) -> dict:
