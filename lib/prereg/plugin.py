@@ -100,6 +100,14 @@ def stage_plan(config: pytest.Config) -> Plan:
     return load_plan(Path(settings.root) / settings.plan_path)
 
 
+def stage_inputs(config: pytest.Config) -> dict[str, Path]:
+    """The inputs this research run's approval binds, by name (``prereg approve --input``)."""
+    settings = config.stash[SETTINGS]
+    if not settings.research:
+        raise RuntimeError("stage_inputs() is only available in a research run")
+    return {name: Path(path) for name, path in (settings.inputs or {}).items()}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "software: a software check, what CI runs")

@@ -74,8 +74,10 @@ class VectorCache:
     def __init__(
         self, path: str | Path, *, conflict_atol: float, busy_timeout_seconds: float
     ) -> None:
-        if not isinstance(conflict_atol, (int, float)) or not math.isfinite(conflict_atol) or (
-            conflict_atol < 0
+        if (
+            not isinstance(conflict_atol, (int, float))
+            or not math.isfinite(conflict_atol)
+            or (conflict_atol < 0)
         ):
             raise VectorCacheError(f"conflict_atol={conflict_atol!r} must be a finite number >= 0")
         if not isinstance(busy_timeout_seconds, (int, float)) or busy_timeout_seconds <= 0:
@@ -89,7 +91,9 @@ class VectorCache:
                 self.path, timeout=busy_timeout_seconds, isolation_level=None
             )
         except sqlite3.Error as error:
-            raise VectorCacheError(f"cannot open vector cache {str(self.path)!r}: {error}") from error
+            raise VectorCacheError(
+                f"cannot open vector cache {str(self.path)!r}: {error}"
+            ) from error
         try:
             self._connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
             self._connection.execute("PRAGMA journal_mode = WAL")

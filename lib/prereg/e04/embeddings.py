@@ -138,7 +138,9 @@ class MiniLMBackend:
         self, chunker_version: str, *, batch_size: int, model_path: str | Path | None = None
     ) -> None:
         if not isinstance(chunker_version, str) or not chunker_version:
-            raise EmbeddingInputError(f"chunker_version={chunker_version!r} must be a non-empty str")
+            raise EmbeddingInputError(
+                f"chunker_version={chunker_version!r} must be a non-empty str"
+            )
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise EmbeddingInputError(f"batch_size={batch_size!r} must be an int >= 1")
         if model_path is None:

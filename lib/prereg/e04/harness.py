@@ -154,7 +154,14 @@ def _choice(value: Any, allowed: Sequence[str], where: str) -> str:
     return value
 
 
-_LEXICAL_FIELDS = {"kind", "query_source", "candidate_limit", "tokenizer", "bm25", "function_ranking"}
+_LEXICAL_FIELDS = {
+    "kind",
+    "query_source",
+    "candidate_limit",
+    "tokenizer",
+    "bm25",
+    "function_ranking",
+}
 _FUSED_FIELDS = _LEXICAL_FIELDS | {"chunk_text", "embedding_batch_size", "rrf_k"}
 
 
@@ -313,7 +320,9 @@ def _text_tokens(text: str) -> tuple[str, ...]:
 class LexicalIndex:
     """Built H000-like harness (see module docstring for the rankings)."""
 
-    def __init__(self, spec: LexicalSpec, files: Mapping[str, bytes], functions: Sequence[GoFunction]):
+    def __init__(
+        self, spec: LexicalSpec, files: Mapping[str, bytes], functions: Sequence[GoFunction]
+    ):
         start = time.perf_counter()
         self.spec = spec
         texts = _decoded(files)

@@ -84,11 +84,7 @@ class BM25Parameters:
 
 
 def _finite_number(value: object) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-    )
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class BM25Index:
@@ -158,9 +154,7 @@ class BM25Index:
         return self.search_tokens(tokenize(query), limit)
 
 
-def ranked_positive(
-    keys: Sequence[str], scores: np.ndarray, limit: int
-) -> list[tuple[str, float]]:
+def ranked_positive(keys: Sequence[str], scores: np.ndarray, limit: int) -> list[tuple[str, float]]:
     """Keys with score > 0 sorted by (-score, key), truncated to ``limit``.
 
     ``keys`` must be sorted ascending (then index order is key order).

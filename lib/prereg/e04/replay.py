@@ -12,7 +12,8 @@ recomputed byte for byte.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from prereg.e04 import analysis
@@ -75,7 +76,33 @@ def _recompute_findings(
     return findings
 
 
+@contextmanager
+def plan_threads(threads: int) -> Iterator[None]:
+    """BLAS/OpenMP (threadpoolctl) and FAISS limited to the plan's threads per worker.
+
+    FAISS inner products differ in the last float32 bits between thread counts, so a
+    ranking is rebuilt exactly only with the threads it was built with.
+    """
+    import faiss
+    from threadpoolctl import threadpool_limits
+
+    previous = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(threads)
+    limits = threadpool_limits(threads)
+    try:
+        yield
+    finally:
+        limits.restore_original_limits()
+        faiss.omp_set_num_threads(previous)
+
+
 def replay_run(view: RunView) -> list[str]:
+    """Every finding of the E04 replay (see the module docstring); empty when clean."""
+    with plan_threads(view.plan.stage(view.stage)["threads_per_worker"]):
+        return _replay(view)
+
+
+def _replay(view: RunView) -> list[str]:
     settings: E04Settings = settings_of(view.plan.data, view.stage)
     namespace = view.plan.stage(view.stage)["seed_namespace"]
     inputs = _inputs_of_view(view)

@@ -114,14 +114,6 @@ def check_inputs(plan: Plan, stage: str, inputs: dict[str, Path]) -> None:
         raise ApprovalError(f"E04 inputs refused: {err}") from None
 
 
-def bound_inputs(settings_obj: Any) -> dict[str, Path]:
-    """name -> path of the inputs the approval binds (``prereg.plugin.Settings``)."""
-    if getattr(settings_obj, "inputs", None):
-        return {name: Path(path) for name, path in settings_obj.inputs.items()}
-    record = read_json(Path(settings_obj.approval_path), what="approval record")
-    return {name: Path(bound["path"]) for name, bound in record["inputs"].items()}
-
-
 def cells_for_run(plan: dict, stage: str, inputs: dict[str, Path]) -> list[Cell]:
     """The parametrization of the experiment module: the preregistered grid."""
     settings = settings_of(plan, stage)
@@ -165,6 +157,10 @@ def workspace_for(
         loaded = load_inputs(settings, inputs)
         backend = cache = None
         if settings.dense:
+            import faiss
+
+            # FAISS scores depend on its thread count in the last bits: use the plan's.
+            faiss.omp_set_num_threads(plan["stages"][stage]["threads_per_worker"])
             backend = build_backend(
                 dict(settings.embedding), lmstudio_client=_lmstudio_client_factory(settings)
             )

@@ -1,0 +1,37 @@
+"""Puts this folder on sys.path (for e04_stage_project) and provides the E04 project fixtures."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from e04_stage_project import E04Project, check_plan, make_fixture, make_project
+
+from prereg.e04.synthetic import SyntheticFixture
+
+
+@pytest.fixture(scope="session")
+def e04_fixture(tmp_path_factory: pytest.TempPathFactory) -> SyntheticFixture:
+    return make_fixture(tmp_path_factory.mktemp("e04fixture") / "fixture")
+
+
+@pytest.fixture(scope="session")
+def e04_runs(tmp_path_factory: pytest.TempPathFactory, e04_fixture: SyntheticFixture):
+    """One project, two complete runs of the stage: serial (001) and on two workers (002)."""
+    project = make_project(tmp_path_factory.mktemp("e04project") / "p", e04_fixture, check_plan())
+    results = {}
+    for run_id, args in (("e04-20260101-001", ()), ("e04-20260101-002", ("-n", "2"))):
+        project.approve(run_id)
+        results[run_id] = project.pytest("--research-stage=e04", "--run-id", run_id, *args)
+    return project, results
+
+
+@pytest.fixture
+def e04_project(tmp_path: Path, e04_fixture: SyntheticFixture) -> E04Project:
+    return make_project(tmp_path / "p", e04_fixture, check_plan())

@@ -1,0 +1,137 @@
+"""Shared by the E04 stage checks (not a test module): a throw-away project holding the real
+E04 experiment module, driven by real subprocesses.
+
+The project copies ``experiments/test_e04.py`` and the demo plan (with the torch-free
+``token-hash`` backend and two tasks, so a stage runs in seconds) into a temporary git
+repository; the synthetic fixture (repository, tasks, reformulations) lives beside it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from prereg.e04.backends import TokenHashBackend
+from prereg.e04.synthetic import SyntheticFixture, make_synthetic_repository
+from prereg.seeds import numpy_generator
+
+PROJECT = Path(__file__).resolve().parents[2]
+CODE_REVISION = "1a7066f6c7682793b6f04445c776a93cc4fac895"
+TASKS = 2
+
+
+def check_plan(tasks: int = TASKS) -> dict:
+    """The demo plan with the token-hash backend and ``tasks`` tasks (plan id of its own)."""
+    plan = json.loads((PROJECT / "plans" / "demo" / "E04_PLAN.json").read_text())
+    plan = copy.deepcopy(plan)
+    plan["plan_id"] = "e04-robustness-1.0-check"
+    stage = plan["stages"]["e04"]
+    stage["seed_namespace"] = "e04-check"
+    params = stage["parameters"]
+    params["tasks"]["count"] = tasks
+    params["embedding"]["backend"] = "token-hash"
+    params["embedding"]["identity"] = TokenHashBackend(32, "go-function-text-1").identity()
+    return plan
+
+
+def make_fixture(dest: Path, tasks: int = TASKS) -> SyntheticFixture:
+    return make_synthetic_repository(
+        dest,
+        rng=numpy_generator("e04-stage-check", "fixture"),
+        tasks=tasks,
+        code_revision=CODE_REVISION,
+    )
+
+
+@dataclass
+class E04Project:
+    root: Path
+    fixture: SyntheticFixture
+
+    def run(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        done = subprocess.run(
+            list(args), cwd=self.root, env=env, capture_output=True, text=True, check=False
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"{args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+        return done
+
+    def git(self, *args: str) -> str:
+        return self.run("git", *args, check=True).stdout
+
+    def inputs(self, **override: Path) -> list[str]:
+        paths = {
+            "repository": self.fixture.repository,
+            "tasks": self.fixture.tasks_file,
+            "reformulations": self.fixture.reformulations_file,
+            **override,
+        }
+        return [arg for name, path in paths.items() for arg in ("--input", f"{name}={path}")]
+
+    def approve(self, run_id: str, *extra: str, check: bool = True, **override: Path):
+        done = self.run(
+            sys.executable,
+            "-m",
+            "prereg.cli",
+            "approve",
+            "--stage",
+            "e04",
+            "--run-id",
+            run_id,
+            "--plan",
+            "plans/E04_PLAN.json",
+            "--accept-deviations",
+            *self.inputs(**override),
+            *extra,
+            check=check,
+        )
+        if check:
+            self.git("add", "-A")
+            self.git("commit", "-q", "-m", f"Approve {run_id}")
+        return done
+
+    def pytest(self, *args: str) -> subprocess.CompletedProcess:
+        return self.run(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args)
+
+    def audit(self, run_id: str) -> subprocess.CompletedProcess:
+        return self.run(sys.executable, "-m", "prereg.cli", "audit", f"runs/{run_id}")
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+    def manifest(self, run_id: str) -> dict:
+        return json.loads((self.run_dir(run_id) / "manifest.json").read_text())
+
+
+def make_project(root: Path, fixture: SyntheticFixture, plan: dict) -> E04Project:
+    (root / "plans" / "approvals").mkdir(parents=True)
+    (root / "experiments").mkdir()
+    shutil.copy(PROJECT / "experiments" / "test_e04.py", root / "experiments" / "test_e04.py")
+    project = E04Project(root, fixture)
+    project.git("init", "-q")
+    project.git("config", "user.email", "researcher@example.org")
+    project.git("config", "user.name", "Researcher")
+    (root / "pytest.ini").write_text(
+        "[pytest]\ntestpaths = experiments\naddopts = -p no:randomly\n"
+        "prereg_plans = plans/E04_PLAN.json\nprereg_research_paths = experiments\n"
+    )
+    (root / "conftest.py").write_text('pytest_plugins = ("prereg.plugin",)\n')
+    (root / ".gitignore").write_text("runs/\ncache/\n__pycache__/\n")
+    (root / "plans" / "CONFIG_PROPOSAL.json").write_text('{"historical": true}\n')
+    digest = hashlib.sha256((root / "plans" / "CONFIG_PROPOSAL.json").read_bytes()).hexdigest()
+    (root / "plans" / "BASELINE.json").write_text(
+        json.dumps({"description": "immutable", "files": {"plans/CONFIG_PROPOSAL.json": digest}})
+    )
+    (root / "plans" / "E04_PLAN.json").write_text(json.dumps(plan, indent=2) + "\n")
+    project.git("add", "-A")
+    project.git("commit", "-q", "-m", "E04 check project")
+    return project
