@@ -74,7 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="assumed mean epochs per fit incl. the patience tail (real figure: "
         "target-variance stage traces; DESIGN.md reports about 60-90)",
     )  # fmt: skip
-    parser.add_argument("--fits-per-model", type=int, default=150, help="50 x 3 worlds")
+    parser.add_argument("--fits-per-model", type=int, default=150, help="fits per learned model: n replicates x 3 worlds (150 for n = 50)")
     parser.add_argument("--workers", type=int, default=2, help="processes, one thread each")
     parser.add_argument("--allowance", type=float, default=14400.0, help="stage seconds")
     parser.add_argument("--goal", type=float, default=7200.0, help="target seconds")
@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     projected = {impl: projection(seconds[f"B2-{impl}"]) for impl in ("stock", "fused", "compiled")
                  if f"B2-{impl}" in seconds}  # fmt: skip
     print(
-        f"projection (confirmatory n = 50): {2 * args.fits_per_model} fits x "
+        f"projection (confirmatory n = {args.fits_per_model // 3} per world): "
+        f"{2 * args.fits_per_model} fits x "
         f"{args.mean_epochs:g} epochs on {args.workers} workers: "
         + ", ".join(f"{impl} {value:,.0f} s" for impl, value in projected.items())
         + f" (allowance {args.allowance:,.0f} s, goal {args.goal:,.0f} s)"
