@@ -35,6 +35,13 @@ def derivation(namespace: str, *coords: object) -> str:
                 f"seed coordinate {part!r} is empty or contains {_SEPARATOR!r}; "
                 "rename it so the derivation string stays unambiguous"
             )
+        try:
+            part.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SeedCoordinateError(
+                f"seed coordinate {part!r} is not valid Unicode text (a lone surrogate); "
+                "it cannot be hashed reproducibly"
+            ) from None
     return _SEPARATOR.join(parts)
 
 
