@@ -147,7 +147,7 @@ def test_texts_must_be_a_list_of_str() -> None:
 
 def test_no_server_is_a_clear_error() -> None:
     # Port 1 never runs LM Studio: the SDK's probe fails and raises LMStudioClientError.
-    with pytest.raises(LMStudioUnavailableError, match="embedding-backend minilm"):  # noqa: SIM117
+    with pytest.raises(LMStudioUnavailableError, match="embedded default `minilm`"):  # noqa: SIM117
         with lmstudio_client("localhost:1"):  # nested: Python 3.9 has no "with (a, b):"
             pass
 

@@ -226,7 +226,8 @@ def lmstudio_client(api_host: str | None = None) -> Iterator[Any]:
         raise LMStudioUnavailableError(
             f"no LM Studio server answers at {where} ({error}). Start LM Studio, enable its "
             "server (`lms server start`) and load only the pinned embedding model "
-            "(`lms load <model>`), or run with `--embedding-backend minilm`."
+            "(`lms load <model>`), or approve a plan whose embedding backend is the embedded "
+            "default `minilm`."
         ) from error
     try:
         yield client

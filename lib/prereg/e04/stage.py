@@ -267,10 +267,32 @@ def replay(view: RunView) -> list[str]:
     return replay_run(view)
 
 
+def gate_check(root: Path, plan: Plan, stage: str, approval: dict) -> list[str]:
+    """The plan's embedding backend must be available as pinned before the run id is spent.
+
+    LM Studio: connected, and the pinned embedding model the only loaded model (the
+    protocol's resource isolation); MiniLM: the shipped weights hash as pinned. Runs at
+    ``prereg approve`` and at the gate, so LM Studio must be up for both.
+    """
+    from prereg.e04.embeddings import LMStudioResidencyError, LMStudioUnavailableError
+
+    settings = settings_of(plan.data, stage)
+    if not settings.dense:
+        return []
+    try:
+        build_backend(settings.embedding, lmstudio_client=_lmstudio_client_factory(settings))
+    except (LMStudioUnavailableError, LMStudioResidencyError, ValueError, OSError) as err:
+        return [
+            f"embedding backend {settings.embedding['backend']!r} is not available as pinned: {err}"
+        ]
+    return []
+
+
 KIND = StageKind(
     name="e04.robustness",
     validate=validate_plan,
     check_inputs=check_inputs,
+    gate_check=gate_check,
     summarise=summarise,
     replay=replay,
     doc=__doc__ or "",
