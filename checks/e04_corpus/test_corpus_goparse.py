@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prereg.e04.goparse import (
+    GO_KEYWORDS,
     GoParseError,
     gofmt_check,
     parse_go_functions,
@@ -95,34 +96,7 @@ def test_source_must_be_bytes():
 )
 def test_generated_functions_round_trip(names, blank):
     """Spans of generated declarations equal the lines they were written at."""
-    keywords = {
-        "break",
-        "case",
-        "chan",
-        "const",
-        "continue",
-        "default",
-        "defer",
-        "else",
-        "fallthrough",
-        "for",
-        "func",
-        "go",
-        "goto",
-        "if",
-        "import",
-        "interface",
-        "map",
-        "package",
-        "range",
-        "return",
-        "select",
-        "struct",
-        "switch",
-        "type",
-        "var",
-    }
-    names = [n for n in names if n not in keywords]
+    names = [n for n in names if n not in GO_KEYWORDS]
     lines = ["package p"]
     expected = []
     for i, name in enumerate(names):

@@ -11,16 +11,14 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from prereg.e04.backends import TokenHashBackend
 from prereg.e04.synthetic import SyntheticFixture, make_synthetic_repository
 from prereg.seeds import numpy_generator
+from prereg.testing import ScratchProject
 
 PROJECT = Path(__file__).resolve().parents[2]
 CODE_REVISION = "1a7066f6c7682793b6f04445c776a93cc4fac895"
@@ -51,22 +49,8 @@ def make_fixture(dest: Path, tasks: int = TASKS) -> SyntheticFixture:
 
 
 @dataclass
-class E04Project:
-    root: Path
-    fixture: SyntheticFixture
-
-    def run(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        done = subprocess.run(
-            list(args), cwd=self.root, env=env, capture_output=True, text=True, check=False
-        )
-        if check and done.returncode != 0:
-            raise AssertionError(f"{args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
-        return done
-
-    def git(self, *args: str) -> str:
-        return self.run("git", *args, check=True).stdout
+class E04Project(ScratchProject):
+    fixture: SyntheticFixture = None
 
     def inputs(self, **override: Path) -> list[str]:
         paths = {
@@ -78,38 +62,16 @@ class E04Project:
         return [arg for name, path in paths.items() for arg in ("--input", f"{name}={path}")]
 
     def approve(self, run_id: str, *extra: str, check: bool = True, **override: Path):
-        done = self.run(
-            sys.executable,
-            "-m",
-            "prereg.cli",
-            "approve",
-            "--stage",
+        """Approve stage e04 of plans/E04_PLAN.json with the fixture's inputs (or overrides)."""
+        return super().approve(
             "e04",
-            "--run-id",
             run_id,
             "--plan",
             "plans/E04_PLAN.json",
-            "--accept-deviations",
             *self.inputs(**override),
             *extra,
             check=check,
         )
-        if check:
-            self.git("add", "-A")
-            self.git("commit", "-q", "-m", f"Approve {run_id}")
-        return done
-
-    def pytest(self, *args: str) -> subprocess.CompletedProcess:
-        return self.run(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args)
-
-    def audit(self, run_id: str) -> subprocess.CompletedProcess:
-        return self.run(sys.executable, "-m", "prereg.cli", "audit", f"runs/{run_id}")
-
-    def run_dir(self, run_id: str) -> Path:
-        return self.root / "runs" / run_id
-
-    def manifest(self, run_id: str) -> dict:
-        return json.loads((self.run_dir(run_id) / "manifest.json").read_text())
 
 
 def make_project(root: Path, fixture: SyntheticFixture, plan: dict) -> E04Project:

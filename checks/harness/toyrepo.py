@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
+
+from prereg.testing import ScratchProject
 
 PINS = {
     "python": "3.9.6",
@@ -66,55 +64,8 @@ def stage_spec(stage: str, **overrides) -> dict:
     return spec
 
 
-@dataclass
-class ToyRepo:
-    root: Path
-
-    def run(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        done = subprocess.run(
-            list(args), cwd=self.root, env=env, capture_output=True, text=True, check=False
-        )
-        if check and done.returncode != 0:
-            raise AssertionError(f"{args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
-        return done
-
-    def git(self, *args: str) -> str:
-        return self.run("git", *args, check=True).stdout
-
-    def commit(self, message: str) -> None:
-        self.git("add", "-A")
-        self.git("commit", "-q", "-m", message)
-
-    def approve(
-        self, stage: str, run_id: str, *extra: str, check: bool = True
-    ) -> subprocess.CompletedProcess:
-        done = self.run(
-            sys.executable,
-            "-m",
-            "prereg.cli",
-            "approve",
-            "--stage",
-            stage,
-            "--run-id",
-            run_id,
-            "--accept-deviations",
-            *extra,
-            check=check,
-        )
-        if check:
-            self.commit(f"Approve {run_id}")
-        return done
-
-    def pytest(self, *args: str) -> subprocess.CompletedProcess:
-        return self.run(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args)
-
-    def audit(self, run_id: str, *extra: str) -> subprocess.CompletedProcess:
-        return self.run(sys.executable, "-m", "prereg.cli", "audit", f"runs/{run_id}", *extra)
-
-    def manifest(self, run_id: str) -> dict:
-        return json.loads((self.root / "runs" / run_id / "manifest.json").read_text())
+class ToyRepo(ScratchProject):
+    """A scratch project holding toy stages (plan TOY_PLAN.json, experiments from EXPERIMENT)."""
 
     def refusals(self) -> list[dict]:
         folder = self.root / "runs" / "refusals"

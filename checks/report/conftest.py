@@ -11,41 +11,27 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from reportruns import COMPLETE, FAILING_CELL, FAILURE_MESSAGE, INCOMPLETE, KILLED
 
+from prereg.testing import ScratchProject
+
 PROJECT = Path(__file__).resolve().parents[2]
 
 
-@dataclass(frozen=True)
-class ToyRuns:
-    root: Path
+class ToyRuns(ScratchProject):
+    """The report checks' scratch project; commands fail loudly by default."""
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        done = subprocess.run(
-            list(args), cwd=self.root, env=env, capture_output=True, text=True, check=False
-        )
-        if check and done.returncode != 0:
-            raise AssertionError(f"{args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
-        return done
+        return super().run(*args, check=check)
 
     def prereg(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return self.run(sys.executable, "-m", "prereg.cli", *args, check=check)
-
-    def git(self, *args: str) -> None:
-        self.run("git", *args)
-
-    def run_dir(self, run_id: str) -> Path:
-        return self.root / "runs" / run_id
+        return super().prereg(*args, check=check)
 
 
 def tiny_calibration_plan() -> dict:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prereg.e04.goparse import gofmt_check, syntax_errors
+from prereg.e04.goparse import GO_KEYWORDS, gofmt_check, syntax_errors
 from prereg.e04.types import Task
 
 __all__ = [
@@ -33,35 +33,6 @@ __all__ = [
 ]
 
 # Go keywords may not be identifiers or package names.
-_GO_KEYWORDS = frozenset(
-    [
-        "break",
-        "case",
-        "chan",
-        "const",
-        "continue",
-        "default",
-        "defer",
-        "else",
-        "fallthrough",
-        "for",
-        "func",
-        "go",
-        "goto",
-        "if",
-        "import",
-        "interface",
-        "map",
-        "package",
-        "range",
-        "return",
-        "select",
-        "struct",
-        "switch",
-        "type",
-        "var",
-    ]
-)
 # Function words carry no task signal; they are left out of composed identifiers.
 _STOPWORDS = frozenset(
     [
@@ -212,7 +183,7 @@ class _Namer:
         candidate = _camel(parts, exported)
         suffix = 2
         base = candidate
-        while candidate in self.used or candidate in _GO_KEYWORDS:
+        while candidate in self.used or candidate in GO_KEYWORDS:
             candidate = f"{base}{suffix}"
             suffix += 1
         self.used.add(candidate)
@@ -234,7 +205,7 @@ def _render_file(namer: _Namer, package: str, literal: str, number: int) -> str:
     receiver = type_name[:1].lower()
     param = namer.name(False, 1)
     items = namer.name(False, 1)
-    if receiver in (param, items) or receiver in _GO_KEYWORDS:
+    if receiver in (param, items) or receiver in GO_KEYWORDS:
         receiver = "self"
     lines = [
         f"// Package {package} {namer.sentence(8)}.",
@@ -343,14 +314,14 @@ def generate_distractors(
         )
     task_dir = _TASK_DIR_UNSAFE.sub("_", task.task_id).strip(".") or "task"
     width = max(2, len(str(count)))
-    plain = [w for w in (*words, *parts) if w.isalpha() and w not in _GO_KEYWORDS]
+    plain = [w for w in (*words, *parts) if w.isalpha() and w not in GO_KEYWORDS]
     files = []
     for index in range(1, count + 1):
         namer = _Namer(rng, vocabulary)
         word = namer.pick(plain) if plain else "code"
         second = namer.pick(plain) if plain else ""
         package = (word + (second if second != word else "")).lower() or "distractor"
-        if package in _GO_KEYWORDS:
+        if package in GO_KEYWORDS:
             package += "pkg"
         literal = namer.pick(words or parts)
         number = int(rng.integers(2, 100))

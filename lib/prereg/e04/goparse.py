@@ -26,6 +26,37 @@ __all__ = [
 
 _DECLARATIONS = ("function_declaration", "method_declaration")
 
+#: Go's reserved words (The Go Programming Language Specification, "Keywords").
+GO_KEYWORDS = frozenset(
+    [
+        "break",
+        "case",
+        "chan",
+        "const",
+        "continue",
+        "default",
+        "defer",
+        "else",
+        "fallthrough",
+        "for",
+        "func",
+        "go",
+        "goto",
+        "if",
+        "import",
+        "interface",
+        "map",
+        "package",
+        "range",
+        "return",
+        "select",
+        "struct",
+        "switch",
+        "type",
+        "var",
+    ]
+)
+
 
 class GoParseError(TypeError):
     """The source handed to the parser is not bytes."""
