@@ -24,10 +24,10 @@ def test_every_stage_of_the_plan_validates(path):
 
 def test_the_plan_records_the_exact_ideal_figures_it_is_tested_against():
     from prereg.rp002a.ideal import ideal_loss_figures
-    from prereg.rp002a.laws import reference_law_registry
+    from prereg.rp002a.laws import law_registry
 
     plan = load_plan(REPO / PLANS[0]).data["parameters"]
-    registry = reference_law_registry()
+    registry = law_registry()
     for world, figures in plan["ideal_figures"].items():
         if world == "averaging":
             continue

@@ -1,4 +1,5 @@
 import pytest
+from planlaws import reference_law_registry
 
 pytestmark = pytest.mark.software
 
@@ -21,7 +22,7 @@ from prereg.rp002a.datasets import (
     load_unit_datasets,
     save_unit_datasets,
 )
-from prereg.rp002a.laws import HiddenMarkovLaw, LawError, reference_law_registry
+from prereg.rp002a.laws import HiddenMarkovLaw, LawError
 from prereg.seeds import derivation, numpy_generator
 
 COUNTS = {"train": 64, "validation": 16, "assessment": 32}  # small stand-ins for 4096/1024/2048

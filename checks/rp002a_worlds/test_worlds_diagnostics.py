@@ -1,4 +1,5 @@
 import pytest
+from planlaws import reference_law_registry
 
 pytestmark = pytest.mark.software
 
@@ -21,7 +22,7 @@ from prereg.rp002a.diagnostics import (
     secondary_diagnostics,
 )
 from prereg.rp002a.ideal import ideal_predictions
-from prereg.rp002a.laws import generate_episodes, reference_law_registry
+from prereg.rp002a.laws import generate_episodes
 
 CLIP, BINS, ERASED = 1e-8, 10, 4
 

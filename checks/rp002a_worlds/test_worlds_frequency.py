@@ -1,4 +1,5 @@
 import pytest
+from planlaws import reference_law_registry
 
 pytestmark = pytest.mark.software
 
@@ -14,7 +15,7 @@ from prereg.rp002a.frequency import (
     frequency_predictions,
 )
 from prereg.rp002a.ideal import ideal_current_predictions
-from prereg.rp002a.laws import generate_episodes, reference_law_registry
+from prereg.rp002a.laws import generate_episodes
 from prereg.seeds import numpy_generator
 
 

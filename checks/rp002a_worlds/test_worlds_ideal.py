@@ -1,4 +1,5 @@
 import pytest
+from planlaws import reference_law_registry
 
 pytestmark = pytest.mark.software
 
@@ -23,7 +24,6 @@ from prereg.rp002a.laws import (
     ErasedTarget,
     HiddenMarkovLaw,
     generate_episodes,
-    reference_law_registry,
 )
 from prereg.seeds import numpy_generator
 

@@ -1,4 +1,5 @@
 import pytest
+from planlaws import REFERENCE_LAW_SPECS, reference_law_registry
 
 pytestmark = pytest.mark.software
 
@@ -10,7 +11,6 @@ from hypothesis import strategies as st
 
 from prereg.rp002a.laws import (
     HIDDEN_MARKOV_ERASURE,
-    REFERENCE_LAW_SPECS,
     ErasedTarget,
     HiddenMarkovLaw,
     LawError,
@@ -18,7 +18,6 @@ from prereg.rp002a.laws import (
     generate_episodes,
     hidden_markov_erasure_law,
     law_to_spec,
-    reference_law_registry,
 )
 from prereg.seeds import numpy_generator
 

@@ -39,8 +39,8 @@ from .laws import (
     HiddenMarkovLaw,
     LawRegistry,
     generate_episodes,
+    law_registry,
     law_to_spec,
-    reference_law_registry,
 )
 
 DATASET_FORMAT = "prereg-rp002a-datasets-1"
@@ -218,7 +218,7 @@ def load_unit_datasets(
     """Read a file written by :func:`save_unit_datasets`.
 
     ``registry`` resolves the stored law spec's family (default:
-    :func:`~prereg.rp002a.laws.reference_law_registry`).
+    :func:`~prereg.rp002a.laws.law_registry`).
 
     Returns
     -------
@@ -240,7 +240,7 @@ def load_unit_datasets(
                         arrays[name, part] = np.lib.format.read_array(handle, allow_pickle=False)
     except (zipfile.BadZipFile, KeyError) as error:
         raise DatasetError(f"{path} is not a complete dataset archive: {error}") from error
-    law = (registry or reference_law_registry()).law_from_spec(metadata["law"])
+    law = (registry or law_registry()).law_from_spec(metadata["law"])
     splits = [
         EpisodeSplit(arrays[name, "observations"], arrays[name, "targets"]) for name in SPLITS
     ]

@@ -4,9 +4,9 @@ A law is a frozen :class:`HiddenMarkovLaw`. Laws are built from plan fields with
 :func:`law_from_spec`, which looks the spec's ``family`` up in a
 :class:`LawRegistry`; a user can register their own family or named law.
 
-The project's reference laws E0, E1 and E2 are stated once, in
-:data:`REFERENCE_LAW_SPECS`, as defaults for tests and demos. A research stage
-never reads them from here: the plan carries every field of every world.
+The reference laws E0, E1 and E2 (DESIGN.md) are stated in one place, the plan
+(``parameters.worlds`` of ``plans/STATISTICAL_PIPELINE_PLAN.json``): this module ships
+the family that builds them, not their numbers.
 
 Shared data conventions (relied on by models, training and analysis):
 ``observations`` and ``targets`` are ``uint8`` arrays of shape ``[episodes, T]``;
@@ -20,7 +20,6 @@ import enum
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -192,8 +191,8 @@ LawFamily = Callable[[Mapping[str, Any]], HiddenMarkovLaw]
 class LawRegistry:
     """Law families (name -> function of a spec) and named laws (name -> law).
 
-    Use :func:`reference_law_registry` for a registry that holds the
-    ``hidden-markov-erasure`` family and the reference laws E0, E1, E2.
+    Use :func:`law_registry` for a registry that holds the shipped
+    ``hidden-markov-erasure`` family; the plan's worlds are built with it.
     """
 
     def __init__(self) -> None:
@@ -247,25 +246,10 @@ class LawRegistry:
 
 #: Reference laws (DESIGN.md, "RP002A reference generator laws"). Stated here
 #: once, for tests and demos; the plan carries the values a stage uses.
-REFERENCE_LAW_SPECS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
-    "E0": {"family": HIDDEN_MARKOV_ERASURE, "name": "E0", "n_states": 4,
-           "stay_probability": 0.25, "erasure_probability": 0.5,
-           "target_corruption": 0.48, "erased_target": "corrupted"},
-    "E1": {"family": HIDDEN_MARKOV_ERASURE, "name": "E1", "n_states": 4,
-           "stay_probability": 0.85, "erasure_probability": 0.5,
-           "target_corruption": 0.48, "erased_target": "corrupted"},
-    "E2": {"family": HIDDEN_MARKOV_ERASURE, "name": "E2", "n_states": 4,
-           "stay_probability": 0.85, "erasure_probability": 0.5,
-           "target_corruption": 0.48, "erased_target": "uniform"},
-})  # fmt: skip
-
-
-def reference_law_registry() -> LawRegistry:
-    """A fresh registry with the ``hidden-markov-erasure`` family and E0, E1, E2."""
+def law_registry() -> LawRegistry:
+    """A fresh registry holding the shipped ``hidden-markov-erasure`` family."""
     registry = LawRegistry()
     registry.register_family(HIDDEN_MARKOV_ERASURE, hidden_markov_erasure_law)
-    for spec in REFERENCE_LAW_SPECS.values():
-        registry.register_law(registry.law_from_spec(spec))
     return registry
 
 

@@ -62,10 +62,10 @@ def validate_shared(plan) -> None:
             raise ValueError(
                 f"{source}.contrast_family: {c['id']} names unknown world {c['world']!r}"
             )
-    from prereg.rp002a.laws import reference_law_registry
+    from prereg.rp002a.laws import law_registry
     from prereg.rp002a.training import TrainConfig
 
-    registry = reference_law_registry()
+    registry = law_registry()
     for name in shared["world_order"]:
         registry.law_from_spec(shared["worlds"][name])
     TrainConfig.from_mapping(shared["training"])

@@ -37,7 +37,7 @@ from prereg.rp002a.datasets import (
 from prereg.rp002a.diagnostics import secondary_diagnostics
 from prereg.rp002a.frequency import fit_frequency_table, frequency_predictions
 from prereg.rp002a.ideal import InformationSet, ideal_predictions
-from prereg.rp002a.laws import reference_law_registry
+from prereg.rp002a.laws import law_registry
 from prereg.rp002a.losses import clipped_log_loss, paired_contrast
 
 DATASETS = "datasets.npz"
@@ -72,7 +72,7 @@ def world_contrasts(plan: dict, world: str) -> list[dict]:
 
 
 def law_for(plan: dict, world: str):
-    return reference_law_registry().law_from_spec(plan["parameters"]["worlds"][world])
+    return law_registry().law_from_spec(plan["parameters"]["worlds"][world])
 
 
 def weights_file(model: str) -> str:
