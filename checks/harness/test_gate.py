@@ -93,10 +93,12 @@ def test_no_approval_and_unknown_stage_are_usage_errors(toy):
     assert done.returncode == USAGE_ERROR and "known stages: toy" in done.stderr
 
 
-def test_a_research_stage_runs_whole(toy):
+@pytest.mark.parametrize("option", [["-k", "cell0"], ["--collect-only"], ["experiments/test_toy.py"]])
+def test_a_research_stage_runs_whole(toy, option):
     toy.approve("toy", RUN)
-    done = toy.pytest("--research-stage=toy", "-k", "cell0")
+    done = toy.pytest("--research-stage=toy", *option)
     assert done.returncode == USAGE_ERROR and "runs whole" in done.stderr
+    assert not (toy.root / "runs" / RUN / "start.json").exists()
 
 
 def test_approve_refuses_a_dirty_tree_a_bad_run_id_and_undeclared_deviations(toy):

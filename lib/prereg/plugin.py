@@ -29,7 +29,10 @@ from prereg.runs import ITEMS_DIR, START_RECORD, progress_log, run_dir
 STAGE_OPTION = "--research-stage"
 RUN_ID_OPTION = "--run-id"
 PROPERTY = "prereg"
-PARTIAL_SELECTION_OPTIONS = ("keyword", "markexpr", "deselect", "lf", "stepwise")
+# Options that would run part of a stage, or none of it while spending the run id.
+PARTIAL_SELECTION_OPTIONS = (
+    "keyword", "markexpr", "deselect", "lf", "stepwise", "collectonly", "setuponly", "setupplan",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
