@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 from toyrepo import make_toy_repo, stage_spec
@@ -103,3 +104,38 @@ def test_audit_checks_the_approval_binding(toy):
     copy.write_text(copy.read_text().replace("toy-1.0", "toy-2.0"))
     done = toy.audit("toy-20261130-001")
     assert done.returncode == 1 and "approval" in done.stdout
+
+
+def test_a_summary_that_fails_halfway_is_kept_hashed_and_never_an_aggregate(toy):
+    from prereg.audit import _hash_findings
+    from prereg.hashing import write_json
+    from prereg.manifest import build_manifest
+
+    toy.approve("toy", "toy-20261130-001")
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    run = toy.run_dir("toy-20261130-001")
+    (run / "summary").mkdir()
+    (run / "summary" / "half.json").write_text("{}")
+    complete = toy.manifest("toy-20261130-001")
+    rebuilt = build_manifest(
+        run_dir=run,
+        start=json.loads((run / "start.json").read_text()),
+        approval=json.loads((run / "approval.json").read_text()),
+        plan_path=complete["plan"]["path"],
+        stage_spec=stage_spec("toy"),
+        items=complete["items"],
+        expected=[],
+        reasons=["the stage summary failed"],
+        ended_at=complete["ended_at"],
+        elapsed=1.0,
+        env={},
+        workers=0,
+    )
+    assert rebuilt["status"] == "incomplete" and rebuilt["summary_files"] == []
+    assert [e["path"] for e in rebuilt["partial_summary_files"]] == ["half.json"]
+    write_json(run / "manifest.json", rebuilt)
+    assert _hash_findings(run, rebuilt) == []
+    (run / "summary" / "half.json").write_text("{ }")
+    assert _hash_findings(run, rebuilt) == [
+        "changed file: summary/half.json (SHA-256 differs from the manifest)"
+    ]

@@ -22,7 +22,7 @@ def _hash_findings(run_dir: Path, manifest: dict) -> list[str]:
     for item in manifest["items"]:
         for entry in item.get("outputs", []):
             listed[f"{ITEMS_DIR}/{item['output_dir']}/{entry['path']}"] = entry
-    for entry in manifest["summary_files"]:
+    for entry in manifest["summary_files"] + manifest.get("partial_summary_files", []):
         listed[f"{SUMMARY_DIR}/{entry['path']}"] = entry
     for rel, entry in sorted(listed.items()):
         path = run_dir / rel

@@ -134,6 +134,8 @@ def build_manifest(
         "items": items,
         "run_files": run_files,
         "summary_files": summary if status == COMPLETE else [],
+        # What a summary that failed halfway left behind: kept and hashed, never an aggregate.
+        "partial_summary_files": [] if status == COMPLETE else summary,
     }
 
 
