@@ -88,9 +88,7 @@ class _FakeSession:
             "context_length": self._client.context_length,
         }
         if namespace == "llm":
-            return lmstudio.LlmInstanceInfo(
-                **common, vision=False, trained_for_tool_use=False
-            )
+            return lmstudio.LlmInstanceInfo(**common, vision=False, trained_for_tool_use=False)
         return lmstudio.EmbeddingModelInstanceInfo(**common)
 
     def _embed(self, identifier: str, texts: Any) -> list[list[float]]:

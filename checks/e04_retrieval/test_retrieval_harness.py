@@ -59,7 +59,9 @@ def test_rrf_matches_hand_computed_scores() -> None:
 
 
 def test_rrf_ties_are_broken_by_path() -> None:
-    fused = reciprocal_rank_fusion([[("y.go", 2.0), ("x.go", 1.0)], [("x.go", 1.0), ("y.go", 0.5)]], 60, 10)
+    fused = reciprocal_rank_fusion(
+        [[("y.go", 2.0), ("x.go", 1.0)], [("x.go", 1.0), ("y.go", 0.5)]], 60, 10
+    )
     assert fused == [("x.go", 1 / 61 + 1 / 62), ("y.go", 1 / 61 + 1 / 62)]
 
 
@@ -121,7 +123,11 @@ def test_bad_specs_are_refused(mutate, message) -> None:
 
 def test_a_user_kind_can_be_registered() -> None:
     registry = default_registry()
-    registry.register("bm25-copy", lambda hid, e: default_registry().spec_from_plan(hid, {**e, "kind": "bm25"}), lambda *a: "built")
+    registry.register(
+        "bm25-copy",
+        lambda hid, e: default_registry().spec_from_plan(hid, {**e, "kind": "bm25"}),
+        lambda *a: "built",
+    )
     spec = registry.spec_from_plan("H999", {**H000, "kind": "bm25-copy"})
     with pytest.raises(HarnessSpecError, match="already registered"):
         registry.register("bm25", lambda *a: None, lambda *a: None)
@@ -138,11 +144,17 @@ FILES = {
     "docs/notes.go": b"package docs\n// nothing about jobs\n",
 }
 FUNCTIONS = [
-    GoFunction("runner/run.go", "Run", None, 2, 2, "func Run(cfg Config) error { return startJob(cfg) }"),
-    GoFunction("runner/run.go", "startJob", None, 3, 3, "func startJob(cfg Config) error { return nil }"),
+    GoFunction(
+        "runner/run.go", "Run", None, 2, 2, "func Run(cfg Config) error { return startJob(cfg) }"
+    ),
+    GoFunction(
+        "runner/run.go", "startJob", None, 3, 3, "func startJob(cfg Config) error { return nil }"
+    ),
     GoFunction("runner/stop.go", "Stop", None, 2, 2, "func Stop() { cancelJob() }"),
     GoFunction("runner/stop.go", "cancelJob", None, 3, 3, "func cancelJob() {}"),
-    GoFunction("cache/cache.go", "Restore", None, 2, 2, "func Restore(key string) error { return nil }"),
+    GoFunction(
+        "cache/cache.go", "Restore", None, 2, 2, "func Restore(key string) error { return nil }"
+    ),
 ]
 
 
@@ -171,9 +183,7 @@ def test_fused_harness_is_rrf_of_its_two_lists_and_deterministic(tmp_path: Path)
         index = build(spec, FILES, FUNCTIONS, backend, cache)
         assert isinstance(index, FusedIndex)
         first = index.search("restore job cache")
-        lexical = index.files.search_tokens(
-            ["restore", "job", "cache"], spec.candidate_limit
-        )
+        lexical = index.files.search_tokens(["restore", "job", "cache"], spec.candidate_limit)
         from prereg.e04.cache import embed_with_cache
 
         query = embed_with_cache(backend, cache, ["restore job cache"], batch_size=1)[0]
@@ -196,7 +206,10 @@ def test_a_perturbed_corpus_gets_its_own_index(tmp_path: Path) -> None:
     spec = default_registry().spec_from_plan("H008", H008)
     distractor = "__harness_distractors__/d0.go"
     perturbed = {**FILES, distractor: b"package d\nfunc RestoreCache() {}\n"}
-    functions = [*FUNCTIONS, GoFunction(distractor, "RestoreCache", None, 2, 2, "func RestoreCache() {}")]
+    functions = [
+        *FUNCTIONS,
+        GoFunction(distractor, "RestoreCache", None, 2, 2, "func RestoreCache() {}"),
+    ]
     with cache_at(tmp_path / "v.sqlite") as cache:
         base = build(spec, FILES, FUNCTIONS, HashingBackend(), cache)
         moved = build(spec, perturbed, functions, HashingBackend(), cache)

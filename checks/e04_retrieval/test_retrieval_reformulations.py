@@ -84,7 +84,9 @@ def test_malformed_artifacts_are_refused(document, message) -> None:
 def test_unreadable_or_non_json_files_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ReformulationArtifactError, match="cannot read"):
         load_reformulations(
-            tmp_path / "absent.json", expected_code_revision=E02, task_ids=TASKS,
+            tmp_path / "absent.json",
+            expected_code_revision=E02,
+            task_ids=TASKS,
             allow_synthetic=False,
         )
     bad = tmp_path / "bad.json"

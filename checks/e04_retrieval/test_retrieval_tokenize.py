@@ -15,9 +15,7 @@ from prereg.e04.tokenize import (
 )
 
 identifiers = st.from_regex(r"[A-Za-z0-9_]{1,24}", fullmatch=True)
-texts = st.text(
-    alphabet=st.sampled_from(list("abcXYZ019_ .(){}*/\n\tüÄ")), max_size=80
-)
+texts = st.text(alphabet=st.sampled_from(list("abcXYZ019_ .(){}*/\n\tüÄ")), max_size=80)
 
 
 # Expected values written out by hand from the rule in the module docstring.
@@ -26,7 +24,16 @@ texts = st.text(
     [
         (
             "parseHTTPResponse_v2",
-            ["parsehttpresponse_v2", "parsehttpresponse", "v2", "parse", "http", "response", "v", "2"],
+            [
+                "parsehttpresponse_v2",
+                "parsehttpresponse",
+                "v2",
+                "parse",
+                "http",
+                "response",
+                "v",
+                "2",
+            ],
         ),
         ("Runner", ["runner"]),
         ("run_test", ["run_test", "run", "test"]),
@@ -46,7 +53,13 @@ def test_identifier_examples(identifier: str, expected: list[str]) -> None:
 
 def test_text_example_keeps_term_frequency() -> None:
     assert tokenize("func (r *Runner) Run() error { r.Run() }") == [
-        "func", "r", "runner", "run", "error", "r", "run",
+        "func",
+        "r",
+        "runner",
+        "run",
+        "error",
+        "r",
+        "run",
     ]
 
 

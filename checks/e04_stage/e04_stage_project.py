@@ -9,7 +9,6 @@ repository; the synthetic fixture (repository, tasks, reformulations) lives besi
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import shutil
 from dataclasses import dataclass
@@ -75,24 +74,9 @@ class E04Project(ScratchProject):
 
 
 def make_project(root: Path, fixture: SyntheticFixture, plan: dict) -> E04Project:
-    (root / "plans" / "approvals").mkdir(parents=True)
-    (root / "experiments").mkdir()
-    shutil.copy(PROJECT / "experiments" / "test_e04.py", root / "experiments" / "test_e04.py")
     project = E04Project(root, fixture)
-    project.git("init", "-q")
-    project.git("config", "user.email", "researcher@example.org")
-    project.git("config", "user.name", "Researcher")
-    (root / "pytest.ini").write_text(
-        "[pytest]\ntestpaths = experiments\naddopts = -p no:randomly\n"
-        "prereg_plans = plans/E04_PLAN.json\nprereg_research_paths = experiments\n"
-    )
-    (root / "conftest.py").write_text('pytest_plugins = ("prereg.plugin",)\n')
-    (root / ".gitignore").write_text("runs/\ncache/\n__pycache__/\n")
-    (root / "plans" / "CONFIG_PROPOSAL.json").write_text('{"historical": true}\n')
-    digest = hashlib.sha256((root / "plans" / "CONFIG_PROPOSAL.json").read_bytes()).hexdigest()
-    (root / "plans" / "BASELINE.json").write_text(
-        json.dumps({"description": "immutable", "files": {"plans/CONFIG_PROPOSAL.json": digest}})
-    )
+    project.init(plans=["plans/E04_PLAN.json"], ignore=("cache/",))
+    shutil.copy(PROJECT / "experiments" / "test_e04.py", root / "experiments" / "test_e04.py")
     (root / "plans" / "E04_PLAN.json").write_text(json.dumps(plan, indent=2) + "\n")
     project.git("add", "-A")
     project.git("commit", "-q", "-m", "E04 check project")

@@ -93,7 +93,9 @@ def test_no_approval_and_unknown_stage_are_usage_errors(toy):
     assert done.returncode == USAGE_ERROR and "known stages: toy" in done.stderr
 
 
-@pytest.mark.parametrize("option", [["-k", "cell0"], ["--collect-only"], ["experiments/test_toy.py"]])
+@pytest.mark.parametrize(
+    "option", [["-k", "cell0"], ["--collect-only"], ["experiments/test_toy.py"]]
+)
 def test_a_research_stage_runs_whole(toy, option):
     toy.approve("toy", RUN)
     done = toy.pytest("--research-stage=toy", *option)

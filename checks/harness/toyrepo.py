@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -88,27 +87,12 @@ class ToyRepo(ScratchProject):
 
 
 def make_toy_repo(root: Path, stages: dict | None = None) -> ToyRepo:
-    (root / "plans" / "approvals").mkdir(parents=True)
-    (root / "experiments").mkdir()
-    (root / "checks").mkdir()
     repo = ToyRepo(root)
-    repo.git("init", "-q")
-    repo.git("config", "user.email", "researcher@example.org")
-    repo.git("config", "user.name", "Researcher")
-    (root / "pytest.ini").write_text(
-        "[pytest]\ntestpaths = checks experiments\naddopts = -p no:randomly\n"
-        "prereg_plans = plans/TOY_PLAN.json\nprereg_research_paths = experiments\n"
-    )
-    (root / "conftest.py").write_text('pytest_plugins = ("prereg.plugin",)\n')
-    (root / ".gitignore").write_text("runs/\n__pycache__/\n")
+    repo.init(plans=["plans/TOY_PLAN.json"], testpaths="checks experiments")
+    (root / "checks").mkdir()
     (root / "checks" / "test_soft.py").write_text(
         "import pytest\n\n@pytest.mark.software\ndef test_software():\n    assert 1 + 1 == 2\n\n"
         "@pytest.mark.research_stage('toy')\ndef test_stray_research_item():\n    raise AssertionError('never runs')\n"
-    )
-    (root / "plans" / "CONFIG_PROPOSAL.json").write_text('{"historical": true}\n')
-    digest = hashlib.sha256((root / "plans" / "CONFIG_PROPOSAL.json").read_bytes()).hexdigest()
-    (root / "plans" / "BASELINE.json").write_text(
-        json.dumps({"description": "immutable", "files": {"plans/CONFIG_PROPOSAL.json": digest}})
     )
     repo.write_plan(stages or {"toy": stage_spec("toy")})
     repo.commit("Toy project")

@@ -77,20 +77,9 @@ def _run_stage(toy: ToyRuns) -> subprocess.CompletedProcess:
 
 
 def make_toy_runs(root: Path) -> ToyRuns:
-    (root / "plans" / "approvals").mkdir(parents=True)
-    (root / "experiments").mkdir()
     toy = ToyRuns(root)
-    toy.git("init", "-q")
-    toy.git("config", "user.email", "researcher@example.org")
-    toy.git("config", "user.name", "Researcher")
-    (root / "pytest.ini").write_text(
-        "[pytest]\ntestpaths = experiments\naddopts = -p no:randomly\n"
-        "prereg_plans = plans/PLAN.json\nprereg_research_paths = experiments\n"
-    )
-    (root / "conftest.py").write_text('pytest_plugins = ("prereg.plugin",)\n')
-    (root / ".gitignore").write_text("runs/\n__pycache__/\n")
+    toy.init(plans=["plans/PLAN.json"])
     shutil.copy(PROJECT / "experiments" / "test_calibration.py", root / "experiments")
-    (root / "plans" / "BASELINE.json").write_text(json.dumps({"description": "none", "files": {}}))
     plan = tiny_calibration_plan()
     _write_plan(root, plan)
     toy.git("add", "-A")

@@ -94,8 +94,13 @@ def test_mc_standard_error():
 
 @pytest.mark.parametrize(
     ("args", "name"),
-    [((3, 2, 0.05), "successes"), ((-1, 2, 0.05), "successes"), ((0, 0, 0.05), "trials"),
-     ((1, 2, 0.0), "alpha"), ((1, 2, 1.0), "alpha")],
+    [
+        ((3, 2, 0.05), "successes"),
+        ((-1, 2, 0.05), "successes"),
+        ((0, 0, 0.05), "trials"),
+        ((1, 2, 0.0), "alpha"),
+        ((1, 2, 1.0), "alpha"),
+    ],
 )
 def test_bad_counts_raise(args, name):
     with pytest.raises(ValueError, match=name):

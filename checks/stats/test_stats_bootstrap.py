@@ -65,8 +65,10 @@ shapes = st.tuples(st.integers(1, 3), st.integers(1, 5), st.integers(1, 4))
 @given(shapes, st.integers(1, 30), st.integers(0, 2**32))
 def test_kernels_match_plain_loops_with_the_same_draws(shape, draws, seed):
     x = np.random.default_rng(seed + 1).normal(size=shape)
-    for kernel, reference in ((whole_cluster_bootstrap_means, loop_whole_cluster),
-                              (nested_bootstrap_means, loop_nested)):
+    for kernel, reference in (
+        (whole_cluster_bootstrap_means, loop_whole_cluster),
+        (nested_bootstrap_means, loop_nested),
+    ):
         got = kernel(x, draws=draws, rng=np.random.default_rng(seed))
         want = reference(x, draws, np.random.default_rng(seed))
         assert got.shape == shape[:-2] + (draws,)

@@ -33,8 +33,15 @@ pytestmark = pytest.mark.software
 def small_settings(trials: int = 400) -> CalibrationSettings:
     # RP002A values except the trial count (the plan's is 20,000).
     return CalibrationSettings(
-        trials=trials, contrasts=7, alpha=0.05, primary_inflation=2.0, report_inflation=1.0,
-        margin=0.01, decision_sd=0.01, mc_alpha=0.05 / 90, width_quantiles=(0.05, 0.5, 0.95),
+        trials=trials,
+        contrasts=7,
+        alpha=0.05,
+        primary_inflation=2.0,
+        report_inflation=1.0,
+        margin=0.01,
+        decision_sd=0.01,
+        mc_alpha=0.05 / 90,
+        width_quantiles=(0.05, 0.5, 0.95),
     )
 
 
@@ -50,8 +57,15 @@ def test_laws_are_centred_with_unit_variance(law):
 @pytest.mark.parametrize("rho", [0.0, 0.5])
 @pytest.mark.parametrize("f", [0.0, 0.5, 1.0])
 def test_noise_has_unit_variance_and_rho_correlation(law, rho, f):
-    noise = simulate_contrast_noise(np.random.default_rng(17), trials=4000, n=5, contrasts=7,
-                                    law=law, rho=rho, within_fraction=f)
+    noise = simulate_contrast_noise(
+        np.random.default_rng(17),
+        trials=4000,
+        n=5,
+        contrasts=7,
+        law=law,
+        rho=rho,
+        within_fraction=f,
+    )
     assert noise.shape == (4000, 5, 7)
     flat = noise.reshape(-1, 7)
     cov = np.cov(flat, rowvar=False)
@@ -106,8 +120,15 @@ def test_cell_figures_match_a_plain_per_trial_loop():
     settings = small_settings(trials=300)
     cell = SimulationCell(n=6, law="t5", rho=0.5, within_fraction=0.5)
     result = run_simulation_cell(cell, settings, np.random.default_rng(8))
-    noise = simulate_contrast_noise(np.random.default_rng(8), trials=300, n=6, contrasts=7,
-                                    law="t5", rho=0.5, within_fraction=0.5)
+    noise = simulate_contrast_noise(
+        np.random.default_rng(8),
+        trials=300,
+        n=6,
+        contrasts=7,
+        law="t5",
+        rho=0.5,
+        within_fraction=0.5,
+    )
     for name, inflation in (("inflated", 2.0), ("uninflated", 1.0)):
         failures = 0
         false_benefit = np.zeros(7, dtype=int)
@@ -120,22 +141,29 @@ def test_cell_figures_match_a_plain_per_trial_loop():
                 z = trial[:, k]
                 iv = replicate_mean_t_interval(z, alpha=0.05, family_size=7, inflation=inflation)
                 missed |= not (iv.low <= 0.0 <= iv.high)
-                at_minus = replicate_mean_t_interval(-0.01 + 0.01 * z, alpha=0.05,
-                                                     family_size=7, inflation=inflation)
-                at_zero = replicate_mean_t_interval(0.01 * z, alpha=0.05, family_size=7,
-                                                    inflation=inflation)
-                false_benefit[k] += contrast_verdict(at_minus, kind="benefit",
-                                                     margin=0.01) == "benefit"
-                any_equiv_minus |= contrast_verdict(at_minus, kind="equivalence",
-                                                    margin=0.01) == "equivalence"
-                zero_equiv[k] += contrast_verdict(at_zero, kind="equivalence",
-                                                  margin=0.01) == "equivalence"
+                at_minus = replicate_mean_t_interval(
+                    -0.01 + 0.01 * z, alpha=0.05, family_size=7, inflation=inflation
+                )
+                at_zero = replicate_mean_t_interval(
+                    0.01 * z, alpha=0.05, family_size=7, inflation=inflation
+                )
+                false_benefit[k] += (
+                    contrast_verdict(at_minus, kind="benefit", margin=0.01) == "benefit"
+                )
+                any_equiv_minus |= (
+                    contrast_verdict(at_minus, kind="equivalence", margin=0.01) == "equivalence"
+                )
+                zero_equiv[k] += (
+                    contrast_verdict(at_zero, kind="equivalence", margin=0.01) == "equivalence"
+                )
             failures += missed
             false_equiv_minus += any_equiv_minus
         summary = result.procedures[name]
         assert summary.coverage_failures == failures
         decisions = summary.decisions
-        assert decisions["false_benefit_at_minus_margin"].per_contrast_counts == tuple(false_benefit)
+        assert decisions["false_benefit_at_minus_margin"].per_contrast_counts == tuple(
+            false_benefit
+        )
         assert decisions["false_equivalence_at_minus_margin"].any_count == false_equiv_minus
         assert decisions["zero_effect_equivalence"].per_contrast_counts == tuple(zero_equiv)
     # The inflated procedure never fails where the uninflated one covers.
@@ -152,22 +180,26 @@ def test_coverage_failures_fall_with_inflation_and_alpha():
     )
     for name in ("inflated", "uninflated"):
         assert strict.procedures[name].coverage_failures <= loose.procedures[name].coverage_failures
-    assert (loose.procedures["inflated"].coverage_failures
-            <= loose.procedures["uninflated"].coverage_failures)
+    assert (
+        loose.procedures["inflated"].coverage_failures
+        <= loose.procedures["uninflated"].coverage_failures
+    )
     assert loose.procedures["inflated"].width_mean == pytest.approx(
-        2 * loose.procedures["uninflated"].width_mean)
+        2 * loose.procedures["uninflated"].width_mean
+    )
 
 
 def with_bound(cell: SimulationCell, bound: float, template):
-    inflated = dataclasses.replace(template.procedures["inflated"],
-                                   coverage_failure_cp_upper=bound)
-    return dataclasses.replace(template, cell=cell,
-                               procedures={**template.procedures, "inflated": inflated})
+    inflated = dataclasses.replace(template.procedures["inflated"], coverage_failure_cp_upper=bound)
+    return dataclasses.replace(
+        template, cell=cell, procedures={**template.procedures, "inflated": inflated}
+    )
 
 
 def test_eligibility_rule():
-    template = run_simulation_cell(SimulationCell(5, "normal", 0.0, 0.0), small_settings(50),
-                                   np.random.default_rng(0))
+    template = run_simulation_cell(
+        SimulationCell(5, "normal", 0.0, 0.0), small_settings(50), np.random.default_rng(0)
+    )
     cells = [
         with_bound(SimulationCell(10, "normal", 0.0, 0.0), 0.001, template),
         with_bound(SimulationCell(20, "normal", 0.0, 0.0), 0.05, template),  # equal: eligible
@@ -187,8 +219,15 @@ def test_eligibility_rule():
 def test_episode_values_have_unit_variance_replicate_means():
     for law in LAW_NAMES:
         for f in (0.0, 0.5, 1.0):
-            x = simulate_episode_values(np.random.default_rng(3), trials=2000, n=5, episodes=8,
-                                        contrasts=7, law=law, within_fraction=f)
+            x = simulate_episode_values(
+                np.random.default_rng(3),
+                trials=2000,
+                n=5,
+                episodes=8,
+                contrasts=7,
+                law=law,
+                within_fraction=f,
+            )
             means = x.mean(axis=-1)
             assert abs(means.var() - 1.0) < 0.05
             within = x.var(axis=-1, ddof=1).mean()  # E[episode variance] = 8 f
@@ -211,11 +250,11 @@ def test_bootstrap_cell_reproducible_except_cpu_time():
 
 def test_record_has_plain_json_types_and_no_nan():
     settings = small_settings(20)
-    result = run_simulation_cell(SimulationCell(5, "normal", 0.5, 1.0), settings,
-                                 np.random.default_rng(0))
+    result = run_simulation_cell(
+        SimulationCell(5, "normal", 0.5, 1.0), settings, np.random.default_rng(0)
+    )
     text = json.dumps(to_record(result), allow_nan=False)
-    assert json.loads(text)["cell"] == {"n": 5, "law": "normal", "rho": 0.5,
-                                        "within_fraction": 1.0}
+    assert json.loads(text)["cell"] == {"n": 5, "law": "normal", "rho": 0.5, "within_fraction": 1.0}
 
 
 def test_cells_normalise_types():

@@ -111,12 +111,14 @@ def test_single_and_batched_verdicts_agree(values, margin, kind):
 
 
 def test_kind_decides_which_claim_is_possible():
-    benefit_like = replicate_mean_t_interval([-0.030, -0.031, -0.029], alpha=0.05,
-                                             family_size=7, inflation=2)
+    benefit_like = replicate_mean_t_interval(
+        [-0.030, -0.031, -0.029], alpha=0.05, family_size=7, inflation=2
+    )
     assert contrast_verdict(benefit_like, kind="benefit", margin=0.01) == BENEFIT
     assert contrast_verdict(benefit_like, kind="equivalence", margin=0.01) == INDETERMINATE
-    null_like = replicate_mean_t_interval([0.0001, -0.0001, 0.0002], alpha=0.05,
-                                          family_size=7, inflation=2)
+    null_like = replicate_mean_t_interval(
+        [0.0001, -0.0001, 0.0002], alpha=0.05, family_size=7, inflation=2
+    )
     assert contrast_verdict(null_like, kind="equivalence", margin=0.01) == EQUIVALENCE
     assert contrast_verdict(null_like, kind="benefit", margin=0.01) == INDETERMINATE
 
@@ -141,21 +143,30 @@ def test_per_contrast_kinds_follow_the_protocol_table():
         means, np.full((1, 7), 0.001), n=20, alpha=0.05, family_size=7, inflation=2
     )
     codes = contrast_verdicts(batch, kinds=kinds, margin=0.01)[0].tolist()
-    assert codes == [BENEFIT_CODE, INDETERMINATE_CODE, EQUIVALENCE_CODE, INDETERMINATE_CODE,
-                     EQUIVALENCE_CODE, EQUIVALENCE_CODE, BENEFIT_CODE]
+    assert codes == [
+        BENEFIT_CODE,
+        INDETERMINATE_CODE,
+        EQUIVALENCE_CODE,
+        INDETERMINATE_CODE,
+        EQUIVALENCE_CODE,
+        EQUIVALENCE_CODE,
+        BENEFIT_CODE,
+    ]
 
 
 def test_bad_inputs_raise():
     with pytest.raises(StatsInputError, match="kind"):
         contrast_verdict(
             replicate_mean_t_interval([1.0, 2.0], alpha=0.05, family_size=1, inflation=1),
-            kind="superiority", margin=0.01,
+            kind="superiority",
+            margin=0.01,
         )
     with pytest.raises(StatsInputError, match="low must be <= high"):
         decision_regions([1.0], [0.0], margin=0.01)
     with pytest.raises(StatsInputError, match="margin"):
         decision_region(0.0, 0.0, margin=0.0)
-    batch = replicate_mean_t_intervals([[0.0, 0.0]], [[1.0, 1.0]], n=5, alpha=0.05,
-                                       family_size=2, inflation=2)
+    batch = replicate_mean_t_intervals(
+        [[0.0, 0.0]], [[1.0, 1.0]], n=5, alpha=0.05, family_size=2, inflation=2
+    )
     with pytest.raises(StatsInputError, match="one kind per contrast"):
         contrast_verdicts(batch, kinds=[BENEFIT], margin=0.01)

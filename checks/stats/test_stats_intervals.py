@@ -98,8 +98,12 @@ def test_batch_equals_single(rows, alpha, m, f):
     rows = [r[:n] + [0.0] * (n - len(r)) for r in rows]
     singles = [replicate_mean_t_interval(r, alpha=alpha, family_size=m, inflation=f) for r in rows]
     batch = replicate_mean_t_intervals(
-        [s.mean for s in singles], [s.sd for s in singles],
-        n=n, alpha=alpha, family_size=m, inflation=f,
+        [s.mean for s in singles],
+        [s.sd for s in singles],
+        n=n,
+        alpha=alpha,
+        family_size=m,
+        inflation=f,
     )
     assert batch.low.tolist() == [s.low for s in singles]
     assert batch.high.tolist() == [s.high for s in singles]

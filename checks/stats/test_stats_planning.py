@@ -81,8 +81,9 @@ def sds_with_largest(value: float) -> list[float]:
 def test_branch_precise_at_smallest_count():
     # Largest SD at half of what n = 20 tolerates: precise at 20.
     s = 0.5 * 0.005 / per_unit_half_width(20)
-    decision = select_sample_count(sds_with_largest(s), candidates=CANDIDATES,
-                                   eligibility=ALL_ELIGIBLE, **RULE)
+    decision = select_sample_count(
+        sds_with_largest(s), candidates=CANDIDATES, eligibility=ALL_ELIGIBLE, **RULE
+    )
     assert (decision.branch, decision.n) == (PRECISE, 20)
     assert decision.half_widths[0] == pytest.approx(0.0025, rel=1e-8)
 
@@ -90,8 +91,9 @@ def test_branch_precise_at_smallest_count():
 def test_branch_precise_at_middle_count():
     # Between what n = 30 and n = 20 tolerate: 20 misses the target, 30 meets it.
     s = 0.5 * (0.005 / per_unit_half_width(20) + 0.005 / per_unit_half_width(30))
-    decision = select_sample_count(sds_with_largest(s), candidates=(50, 20, 30),
-                                   eligibility=ALL_ELIGIBLE, **RULE)
+    decision = select_sample_count(
+        sds_with_largest(s), candidates=(50, 20, 30), eligibility=ALL_ELIGIBLE, **RULE
+    )
     assert (decision.branch, decision.n) == (PRECISE, 30)
     assert decision.candidates == (20, 30, 50)
     assert decision.half_widths[0] > 0.005 >= decision.half_widths[1]
@@ -99,26 +101,39 @@ def test_branch_precise_at_middle_count():
 
 def test_precise_count_must_be_eligible():
     s = 0.5 * 0.005 / per_unit_half_width(20)
-    decision = select_sample_count(sds_with_largest(s), candidates=CANDIDATES,
-                                   eligibility={20: False, 30: True, 50: True}, **RULE)
+    decision = select_sample_count(
+        sds_with_largest(s),
+        candidates=CANDIDATES,
+        eligibility={20: False, 30: True, 50: True},
+        **RULE,
+    )
     assert (decision.branch, decision.n) == (PRECISE, 30)
 
 
 def test_branch_resource_limited_takes_largest_eligible():
     s = 2.0 * 0.005 / per_unit_half_width(50)
-    decision = select_sample_count(sds_with_largest(s), candidates=CANDIDATES,
-                                   eligibility=ALL_ELIGIBLE, **RULE)
+    decision = select_sample_count(
+        sds_with_largest(s), candidates=CANDIDATES, eligibility=ALL_ELIGIBLE, **RULE
+    )
     assert (decision.branch, decision.n) == (RESOURCE_LIMITED, 50)
-    decision = select_sample_count(sds_with_largest(s), candidates=CANDIDATES,
-                                   eligibility={20: True, 30: True, 50: False}, **RULE)
+    decision = select_sample_count(
+        sds_with_largest(s),
+        candidates=CANDIDATES,
+        eligibility={20: True, 30: True, 50: False},
+        **RULE,
+    )
     assert (decision.branch, decision.n) == (RESOURCE_LIMITED, 30)
     assert all(hw > 0.005 for hw in decision.half_widths)
 
 
 def test_branch_no_eligible_count():
     s = 0.5 * 0.005 / per_unit_half_width(20)
-    decision = select_sample_count(sds_with_largest(s), candidates=CANDIDATES,
-                                   eligibility={20: False, 30: False, 50: False}, **RULE)
+    decision = select_sample_count(
+        sds_with_largest(s),
+        candidates=CANDIDATES,
+        eligibility={20: False, 30: False, 50: False},
+        **RULE,
+    )
     assert (decision.branch, decision.n) == (NO_ELIGIBLE_COUNT, None)
     assert len(decision.half_widths) == 3
 
@@ -133,5 +148,6 @@ def test_bad_inputs_raise():
     with pytest.raises(StatsInputError, match="distinct"):
         select_sample_count([0.01] * 7, candidates=(20, 20), eligibility=ALL_ELIGIBLE, **RULE)
     with pytest.raises(StatsInputError, match="eligibility\\[20\\]"):
-        select_sample_count([0.01] * 7, candidates=CANDIDATES,
-                            eligibility={20: "yes", 30: True, 50: True}, **RULE)
+        select_sample_count(
+            [0.01] * 7, candidates=CANDIDATES, eligibility={20: "yes", 30: True, 50: True}, **RULE
+        )

@@ -7,6 +7,7 @@ checks use it; so can a user's tests of their own stages. Importable without pyt
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -18,6 +19,29 @@ from pathlib import Path
 @dataclass
 class ScratchProject:
     root: Path
+
+    def init(
+        self, *, plans: list[str], testpaths: str = "experiments", ignore: tuple[str, ...] = ()
+    ) -> None:
+        """Lay out an empty project: git identity, pytest.ini naming ``plans``, the plugin,
+        ``plans/approvals/``, ``experiments/`` and a baseline pinning a historical file."""
+        (self.root / "plans" / "approvals").mkdir(parents=True)
+        (self.root / "experiments").mkdir()
+        self.git("init", "-q")
+        self.git("config", "user.email", "researcher@example.org")
+        self.git("config", "user.name", "Researcher")
+        (self.root / "pytest.ini").write_text(
+            f"[pytest]\ntestpaths = {testpaths}\naddopts = -p no:randomly\n"
+            f"prereg_plans = {' '.join(plans)}\nprereg_research_paths = experiments\n"
+        )
+        (self.root / "conftest.py").write_text('pytest_plugins = ("prereg.plugin",)\n')
+        (self.root / ".gitignore").write_text("\n".join(["runs/", "__pycache__/", *ignore]) + "\n")
+        historical = self.root / "plans" / "CONFIG_PROPOSAL.json"
+        historical.write_text('{"historical": true}\n')
+        digest = hashlib.sha256(historical.read_bytes()).hexdigest()
+        (self.root / "plans" / "BASELINE.json").write_text(json.dumps(
+            {"description": "immutable", "files": {"plans/CONFIG_PROPOSAL.json": digest}}
+        ))  # fmt: skip
 
     def run(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
         """Run a command in the project; ``check`` raises with its output if it fails."""
