@@ -6,6 +6,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -176,3 +177,32 @@ def test_two_processes_write_overlapping_keys_at_once(tmp_path: Path) -> None:
         np.testing.assert_array_equal(vectors, HashingBackend().embed(texts))
     with sqlite3.connect(path) as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_workers_opening_a_fresh_cache_at_the_same_moment_all_succeed(tmp_path: Path) -> None:
+    # Two xdist workers start together on a new cache file: switching it to WAL needs an
+    # exclusive lock that SQLite's busy handler does not wait for, so one used to fail.
+    worker = textwrap.dedent(
+        """
+        import sys, time, pathlib
+        from prereg.e04.cache import VectorCache
+        path, start = sys.argv[1], pathlib.Path(sys.argv[2])
+        while not start.exists():
+            time.sleep(0.0005)
+        VectorCache(path, conflict_atol=0.0, busy_timeout_seconds=30).close()
+        print("opened")
+        """
+    )
+    for attempt in range(8):
+        path, start = tmp_path / f"fresh{attempt}.sqlite", tmp_path / f"go{attempt}"
+        processes = [
+            subprocess.Popen([sys.executable, "-c", worker, str(path), str(start)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(4)
+        ]  # fmt: skip
+        time.sleep(0.5)  # let every process reach the barrier (a late one only makes it easier)
+        start.touch()
+        for process in processes:
+            out, err = process.communicate(timeout=120)
+            assert process.returncode == 0, err
+            assert out.strip() == "opened"

@@ -23,6 +23,7 @@ import hashlib
 import math
 import os
 import sqlite3
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ SCHEMA_VERSION = "1"
 _DTYPE = "float32"
 _STORED = np.dtype("<f4")
 _SELECT_BATCH = 500
+
+_LOCK_RETRY_SECONDS = 0.05  # polling interval while another process sets the cache up
 
 
 class VectorCacheError(ValueError):
@@ -96,8 +99,7 @@ class VectorCache:
             ) from error
         try:
             self._connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
-            self._connection.execute("PRAGMA journal_mode = WAL")
-            self._initialise()
+            self._set_up(busy_timeout_seconds)
         except sqlite3.DatabaseError as error:
             self._connection.close()
             if _is_lock_error(error):
@@ -112,6 +114,26 @@ class VectorCache:
         except VectorCacheError:
             self._connection.close()
             raise
+
+    def _set_up(self, busy_timeout_seconds: float) -> None:
+        """WAL mode and schema, retried while another process holds the lock.
+
+        Switching a fresh file to WAL needs an exclusive lock and SQLite does not call
+        its busy handler there, so two workers opening a new cache at once would fail
+        at once without this loop (bounded by ``busy_timeout_seconds``).
+        """
+        deadline = time.monotonic() + busy_timeout_seconds
+        while True:
+            try:
+                self._connection.execute("PRAGMA journal_mode = WAL")
+                self._initialise()
+                return
+            except sqlite3.OperationalError as error:
+                if not _is_lock_error(error) or time.monotonic() >= deadline:
+                    raise
+                if self._connection.in_transaction:
+                    self._connection.execute("ROLLBACK")
+                time.sleep(_LOCK_RETRY_SECONDS)
 
     def _initialise(self) -> None:
         connection = self._connection
