@@ -132,6 +132,17 @@ class Series:
     marked_x: float | None = None  # a point to mark (e.g. the selected epoch)
 
 
+def _panel_grid(count: int, columns: int, *, width: float, height: float, margin: float):
+    """``count`` small multiples in at most ``columns`` columns (sizes in inches per panel)."""
+    columns = max(1, min(columns, count))
+    rows = -(-count // columns)
+    figure = new_figure(width * columns + margin, height * rows + 0.4)
+    axes = figure.subplots(rows, columns, squeeze=False)
+    for index in range(count, rows * columns):  # the grid's unused trailing panels
+        axes[index // columns][index % columns].set_visible(False)
+    return figure, axes, columns
+
+
 def line_panels(
     panels: Sequence[tuple[str, Sequence[Series]]],
     *,
@@ -144,10 +155,7 @@ def line_panels(
     """Small multiples of line plots; series differ by line style and marker, not colour only."""
     if not panels:
         raise ValueError("line_panels needs at least one panel; got panels=[]")
-    columns = max(1, min(columns, len(panels)))
-    rows = -(-len(panels) // columns)
-    figure = new_figure(3.6 * columns + 0.6, 2.6 * rows + 0.4)
-    axes = figure.subplots(rows, columns, squeeze=False)
+    figure, axes, columns = _panel_grid(len(panels), columns, width=3.6, height=2.6, margin=0.6)
     for index, (title, series) in enumerate(panels):
         ax = axes[index // columns][index % columns]
         for k, s in enumerate(series):
@@ -179,8 +187,6 @@ def line_panels(
             handles.append(Line2D([], [], color="black", linestyle=":"))
             labels.append(mark_label)
         ax.legend(handles, labels, fontsize=6.5)
-    for index in range(len(panels), rows * columns):
-        axes[index // columns][index % columns].set_visible(False)
     return figure
 
 
@@ -292,10 +298,7 @@ def fit_curve_panels(
         raise ValueError("fit_curve_panels needs at least one panel; got panels=[]")
     from matplotlib.lines import Line2D
 
-    columns = max(1, min(columns, len(panels)))
-    rows = -(-len(panels) // columns)
-    figure = new_figure(4.6 * columns + 0.4, 2.8 * rows + 0.4)
-    axes = figure.subplots(rows, columns, squeeze=False)
+    figure, axes, columns = _panel_grid(len(panels), columns, width=4.6, height=2.8, margin=0.4)
     for index, (title, fits) in enumerate(panels):
         ax = axes[index // columns][index % columns]
         for k, fit in enumerate(fits):
@@ -318,8 +321,6 @@ def fit_curve_panels(
             ["train", "validation", "selected epoch"],
             fontsize=6.5,
         )
-    for index in range(len(panels), rows * columns):
-        axes[index // columns][index % columns].set_visible(False)
     return figure
 
 
