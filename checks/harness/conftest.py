@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from toyrepo import ToyRepo, make_toy_repo
+from prereg.testing import ToyRepo, make_toy_repo
 
 
 @pytest.fixture

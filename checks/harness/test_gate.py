@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from toyrepo import make_toy_repo, stage_spec
+from prereg.testing import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 

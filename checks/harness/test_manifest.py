@@ -6,7 +6,7 @@ import hashlib
 import json
 
 import pytest
-from toyrepo import make_toy_repo, stage_spec
+from prereg.testing import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 
