@@ -53,10 +53,20 @@ def test_a_confirmatory_namespace_shared_with_another_stage_is_refused(tmp_path)
         validate_stage(load_plan(path), "confirmatory")
 
 
-def test_sd_bound_degrees_of_freedom_must_follow_the_replicates(tmp_path):
+def test_the_planning_rule_reads_df_alpha_and_family_size_from_their_one_home(tmp_path):
+    """df follows the target-variance replicates; alpha and family size are the decisions'."""
+    from prereg.rp002a.config_stage import sd_bound
+
     data = json.loads((REPO / PLANS[0]).read_text())
     data["stages"]["target-variance"]["parameters"]["replicates"] = 6
+    data["parameters"]["decision"]["familywise_alpha"] = 0.01
+    assert sd_bound(data) == {
+        "df": 5,
+        "familywise_alpha": 0.01,
+        "family_size": data["parameters"]["decision"]["family_size"],
+    }
+    data["stages"]["confirmatory-config"]["parameters"]["sd_bound"] = {"df": 4}
     path = Path(tmp_path) / "plan.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="df = replicates - 1"):
+    with pytest.raises(ValueError, match="unknown field sd_bound"):
         validate_stage(load_plan(path), "confirmatory-config")

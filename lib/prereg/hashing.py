@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -36,14 +37,58 @@ def write_json(path: Path, value: Any) -> None:
     os.replace(tmp, path)
 
 
+class _JsonRefusal(ValueError):
+    """Raised by the parser hooks of :func:`read_json`; re-raised naming the file."""
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _JsonRefusal(
+                f"key {key!r} appears twice in one object (a JSON reader would silently keep "
+                "the last one); delete one of them so the file says one thing"
+            )
+        seen[key] = value
+    return seen
+
+
+def _refuse_constant(name: str) -> float:
+    raise _JsonRefusal(
+        f"holds the non-standard constant {name}; JSON has no NaN or Infinity: write a finite "
+        "number (or null where the schema allows it)"
+    )
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _JsonRefusal(
+            f"holds the number {text}, which overflows to {value}; write a finite number"
+        )
+    return value
+
+
 def read_json(path: Path, *, what: str) -> Any:
-    """Read a JSON file; a missing or malformed file is a ValueError naming it and ``what`` it is."""
+    """Read a JSON file; a missing or malformed file is a ValueError naming it and ``what`` it is.
+
+    Stricter than :func:`json.loads`: a key repeated within one object, the constants
+    ``NaN``, ``Infinity`` and ``-Infinity``, and numbers too large to be finite are refused,
+    so every plan, approval, manifest and record read here says exactly one finite thing.
+    """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise FileNotFoundError(f"{what} {path} does not exist") from None
     try:
-        return json.loads(text)
+        return json.loads(
+            text,
+            object_pairs_hook=_refuse_duplicate_keys,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+        )
+    except _JsonRefusal as err:
+        raise ValueError(f"{what} {path} is refused: it {err}") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from prereg.hashing import read_json, sha256_file
-from prereg.schema import ANY, MapOf, Nullable, Optional, validate
+from prereg.schema import ANY, MapOf, Nullable, Optional, PositiveFloat, PositiveInt, validate
 
 ENVIRONMENT_PINS = {
     "python": str,
@@ -22,19 +22,19 @@ ENVIRONMENT_PINS = {
     "torch": str,
     "scipy": str,
     "platform": str,
-    "cpu_threads": int,
+    "cpu_threads": PositiveInt,
 }
 
 STAGE_SCHEMA = {
     "kind": str,  # a registered stage kind (entry point group prereg.stage_kinds)
     "module": str,  # the experiment module, relative to the repository root
     "description": Optional(str),
-    "budget_seconds": float,  # wall-time budget of the whole stage
+    "budget_seconds": PositiveFloat,  # wall-time budget of the whole stage: finite, > 0
     "budget_enforced": bool,  # True: items past the budget fail, the stage is incomplete
     "requires": [str],  # stages whose complete, clean run this one consumes
     "seed_namespace": Nullable(str),  # null for stages that draw no random numbers
     "single_attempt": bool,  # True: one approval ever for this stage (no retry)
-    "threads_per_worker": int,  # torch / BLAS / OpenMP threads in each test process
+    "threads_per_worker": PositiveInt,  # torch / BLAS / OpenMP threads per test process, >= 1
     "inputs": [str],  # names of inputs the approval must bind (prereg approve --input)
     "parameters": ANY,  # validated by the stage kind
 }
@@ -76,7 +76,13 @@ class Plan:
 
 
 def load_plan(path: Path) -> Plan:
-    """Read a plan and validate its generic part; errors name the file and the field's path."""
+    """Read a plan and validate its generic part; errors name the file and the field's path.
+
+    Refused at load: a key repeated in one object, NaN or Infinity anywhere
+    (:func:`prereg.hashing.read_json`), an unknown field, a budget that is not a finite
+    number > 0 and a thread count below 1 (:data:`STAGE_SCHEMA`). Each stage's kind then
+    checks its parameters' ranges (:func:`validate_stage`).
+    """
     path = Path(path)
     data: Any = read_json(path, what="plan")
     validate(data, PLAN_SCHEMA, source=str(path))

@@ -14,14 +14,25 @@ from typing import Any
 
 from prereg.e04.backends import BACKENDS
 from prereg.e04.harness import CHUNK_TEXT_VERSION, LexicalSpec, default_registry
-from prereg.schema import Nullable, OneOf, Optional, SchemaError, validate
+from prereg.schema import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    Nullable,
+    OneOf,
+    Optional,
+    PositiveFloat,
+    PositiveInt,
+    Range,
+    SchemaError,
+    validate,
+)
 
 IDENTITY = {
     "backend": str,
     "model": str,
     "weights_sha256": str,
-    "max_sequence_length": int,
-    "dimension": int,
+    "max_sequence_length": PositiveInt,
+    "dimension": PositiveInt,
     "normalisation": str,
     "dtype": str,
     "chunker_version": str,
@@ -30,33 +41,33 @@ IDENTITY = {
 PARAMETERS = {
     "description": str,
     "allow_synthetic": bool,
-    "tasks": {"count": int, "description": str},
+    "tasks": {"count": PositiveInt, "description": str},
     "harness_order": [str],
     "harnesses": dict,  # each entry checked by prereg.e04.harness (every field, no other)
-    "censored_rank": int,
-    "doses": [{"seed_coordinate": int, "files": int}],
-    "max_dose": int,
+    "censored_rank": Range(int, min=2),  # candidate_limit + 1, candidate_limit >= 1
+    "doses": [{"seed_coordinate": NonNegativeInt, "files": PositiveInt}],
+    "max_dose": PositiveInt,
     "distractors": {"prefix": str, "seed_label": str, "description": str},
     "metrics": {
-        "recall_ks": [int],
-        "ndcg_k": int,
-        "retention_k": int,
-        "function_k": int,
-        "token_budget": int,
+        "recall_ks": [PositiveInt],
+        "ndcg_k": PositiveInt,
+        "retention_k": PositiveInt,
+        "function_k": PositiveInt,
+        "token_budget": NonNegativeInt,
         "token_pattern": str,
         "description": str,
     },
     "embedding": {
         "backend": OneOf(BACKENDS),
         "identity": IDENTITY,
-        "encode_batch_size": int,
+        "encode_batch_size": PositiveInt,
         "lmstudio": Nullable({"api_host": Nullable(str), "models_dir": Nullable(str)}),
         "description": str,
     },
     "cache": {
         "path": str,
-        "conflict_atol": float,
-        "busy_timeout_seconds": float,
+        "conflict_atol": NonNegativeFloat,
+        "busy_timeout_seconds": PositiveFloat,
         "description": Optional(str),
     },
     "reformulations": {"expected_code_revision": str, "description": str},

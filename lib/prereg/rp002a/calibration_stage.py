@@ -22,7 +22,16 @@ from pathlib import Path
 
 from prereg.arrays import load_npz, save_npz
 from prereg.hashing import canonical_json, read_json, write_json
-from prereg.schema import OneOf, validate
+from prereg.rp002a.plan_schema import SHARED
+from prereg.schema import (
+    OneOf,
+    PositiveFloat,
+    PositiveInt,
+    Probability,
+    Range,
+    UnitInterval,
+    validate,
+)
 from prereg.seeds import derivation, numpy_generator
 from prereg.stages import RunView, StageKind
 from prereg.stats.calibration import (
@@ -32,6 +41,7 @@ from prereg.stats.calibration import (
     run_simulation_cell,
 )
 from prereg.stats.calibration_bootstrap import BootstrapCell, BootstrapSettings, run_bootstrap_cell
+from prereg.stats.laws import LAW_NAMES
 from prereg.stats.records import replay_differences, to_record, trial_arrays
 
 STAGE = "calibration"
@@ -42,31 +52,36 @@ SUMMARY = "calibration_summary.json"
 SUMMARY_TIMING = "benchmark_cpu.timing.json"
 SUMMARY_TEXT = "SUMMARY.md"
 
+SAMPLE_COUNT = Range(int, min=2)  # replicates of a t interval: n - 1 >= 1 degrees of freedom
+
 PARAMETERS = {
     "simulation": {
-        "n": [int],
-        "laws": [str],
-        "rho": [float],
-        "within_fraction": [float],
-        "trials": int,
-        "decision_sd": float,
-        "width_quantiles": [float],
+        "n": [SAMPLE_COUNT],
+        "laws": [OneOf(LAW_NAMES)],
+        "rho": [UnitInterval],
+        "within_fraction": [UnitInterval],
+        "trials": PositiveInt,
+        "decision_sd": PositiveFloat,
+        "width_quantiles": [UnitInterval],
     },
+    # The Monte Carlo bound's own alpha (simultaneous over the cells), not the decisions'
+    # alpha: that one is parameters.decision.familywise_alpha.
     "monte_carlo_bound": {
-        "familywise_alpha": float,
-        "statements": int,
+        "familywise_alpha": Probability,
+        "statements": PositiveInt,
         "sided": OneOf(("one-sided upper",)),
         "method": OneOf(("clopper-pearson",)),
     },
-    "eligibility": {"minimum_n": int, "max_coverage_failure_upper": float},
+    "eligibility": {"minimum_n": SAMPLE_COUNT, "max_coverage_failure_upper": Probability},
+    # No rho: benchmark cells have no shared component by construction
+    # (prereg.stats.calibration_bootstrap), so a rho here would be read by nothing.
     "bootstrap_benchmark": {
-        "n": [int],
-        "laws": [str],
-        "within_fraction": [float],
-        "rho": float,
-        "trials": int,
-        "draws": int,
-        "episodes": int,
+        "n": [SAMPLE_COUNT],
+        "laws": [OneOf(LAW_NAMES)],
+        "within_fraction": [UnitInterval],
+        "trials": PositiveInt,
+        "draws": PositiveInt,
+        "episodes": PositiveInt,
         "caveat": str,
     },
 }
@@ -145,6 +160,11 @@ def bootstrap_settings(plan: dict) -> BootstrapSettings:
 def validate_plan(plan, stage: str) -> None:
     source = f"{plan.path}: stages.{stage}.parameters"
     validate(plan.stage(stage)["parameters"], PARAMETERS, source=source)
+    # The calibration reads only the decision block of the shared parameters (a reduced
+    # plan may hold only that); its ranges are the shared schema's.
+    shared = plan.data.get("parameters")
+    decision = shared.get("decision") if isinstance(shared, dict) else None
+    validate(decision, SHARED["decision"], source=f"{plan.path}: parameters", path="decision")
     statements = plan.stage(stage)["parameters"]["monte_carlo_bound"]["statements"]
     cells = len(simulation_cells(plan.data))
     if statements != cells:

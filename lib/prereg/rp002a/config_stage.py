@@ -23,7 +23,7 @@ from prereg import gitrepo
 from prereg.hashing import canonical_json, read_json, sha256_bytes, sha256_file, write_json
 from prereg.rp002a import calibration_stage, variance_stage
 from prereg.rp002a.plan_schema import validate_shared
-from prereg.schema import validate
+from prereg.schema import PositiveFloat, Range, SchemaError, validate
 from prereg.stages import RunView, StageKind
 from prereg.stats import planning
 
@@ -31,12 +31,14 @@ STAGE = "confirmatory-config"
 CONFIG = "CONFIRMATORY_CONFIG.json"
 FORMAT = "rp002a-confirmatory-config-1"
 PARAMETERS = {
-    "candidate_counts": [int],
-    "sd_bound": {"df": int, "familywise_alpha": float, "family_size": int},
-    "target_half_width_nats": float,
+    "candidate_counts": [Range(int, min=2)],  # replicates of a t interval (n - 1 df >= 1)
+    "target_half_width_nats": PositiveFloat,
     "output": str,
     "assumption": str,
 }
+# The planning rule's SD bound has no numbers of its own: its degrees of freedom are the
+# target-variance stage's replicates - 1, its alpha and family size are the decisions'
+# (parameters.decision), the ones the confirmatory intervals read. One home each.
 
 
 def validate_plan(plan, stage: str) -> None:
@@ -44,16 +46,29 @@ def validate_plan(plan, stage: str) -> None:
     params = plan.stage(stage)["parameters"]
     source = f"{plan.path}: stages.{stage}.parameters"
     validate(params, PARAMETERS, source=source)
+    if not params["candidate_counts"]:
+        raise SchemaError(f"{source}: field candidate_counts is empty; list at least one count")
+    if variance_stage.STAGE not in plan.stages:
+        raise SchemaError(
+            f"{plan.path}: the {STAGE} stage reads the replicates of a {variance_stage.STAGE} "
+            "stage in the same plan, and there is none"
+        )
     replicates = plan.stage(variance_stage.STAGE)["parameters"]["replicates"]
-    if params["sd_bound"]["df"] != replicates - 1:
-        raise ValueError(
-            f"{source}.sd_bound.df is {params['sd_bound']['df']}, but the target-variance "
-            f"stage has {replicates} replicates (df = replicates - 1)"
+    if not isinstance(replicates, int) or isinstance(replicates, bool) or replicates < 2:
+        raise SchemaError(
+            f"{plan.path}: stages.{variance_stage.STAGE}.parameters: field replicates is "
+            f"{replicates!r}; the planning rule needs an integer >= 2 (df = replicates - 1)"
         )
-    if params["sd_bound"]["family_size"] != plan.data["parameters"]["decision"]["family_size"]:
-        raise ValueError(
-            f"{source}.sd_bound.family_size differs from parameters.decision.family_size"
-        )
+
+
+def sd_bound(plan: dict) -> dict:
+    """The planning rule's SD-bound settings, each read from its one home in the plan."""
+    decision = plan["parameters"]["decision"]
+    return {
+        "df": plan["stages"][variance_stage.STAGE]["parameters"]["replicates"] - 1,
+        "familywise_alpha": decision["familywise_alpha"],
+        "family_size": decision["family_size"],
+    }
 
 
 def output_path(root: Path, plan: dict) -> Path:
@@ -90,7 +105,7 @@ def derive_config(
             f"candidate counts {missing} were not calibrated (calibration grid: {sorted(by_n)})"
         )
     sds = [row["sd"] for row in variance["contrasts"]]
-    bound = params["sd_bound"]
+    bound = sd_bound(plan)
     decision = planning.select_sample_count(
         sds,
         candidates=params["candidate_counts"],

@@ -21,7 +21,7 @@ from prereg.rp002a import units as unitlib
 from prereg.rp002a.datasets import dataset_bytes
 from prereg.rp002a.diagnostics import SecondaryDiagnostics, equal_replicate_mean
 from prereg.rp002a.plan_schema import validate_shared
-from prereg.schema import validate
+from prereg.schema import Range, validate
 from prereg.seeds import derivation, numpy_generator
 from prereg.stages import RunView, StageKind
 
@@ -38,7 +38,7 @@ def validate_plan(plan, stage: str) -> None:
     validate_shared(plan)
     validate(
         plan.stage(stage)["parameters"],
-        {"replicates": int, "note": str},
+        {"replicates": Range(int, min=2), "note": str},  # SDs need two replicates
         source=f"{plan.path}: stages.{stage}.parameters",
     )
 
