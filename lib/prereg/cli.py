@@ -32,8 +32,10 @@ def cmd_approve(args: argparse.Namespace) -> int:
     from prereg.schema import SchemaError
 
     root = _root()
-    plan_path = Path(args.plan) if args.plan else _default_plan(root, args.stage)
     try:
+        # Inside the try: finding the stage's plan loads every plan, and a plan refused at
+        # load (duplicate key, NaN, out-of-range number) is a refusal naming the field.
+        plan_path = Path(args.plan) if args.plan else _default_plan(root, args.stage)
         path = create_approval(
             root,
             stage=args.stage,

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,10 @@ def write_json(path: Path, value: Any) -> None:
 class _JsonRefusal(ValueError):
     """Raised by the parser hooks of :func:`read_json`; re-raised naming the file."""
 
+    def __init__(self, message: str, token: str) -> None:
+        super().__init__(message)
+        self.token = token  # what to look for in the text, to name its lines
+
 
 def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
     seen: dict[str, Any] = {}
@@ -47,7 +52,8 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
         if key in seen:
             raise _JsonRefusal(
                 f"key {key!r} appears twice in one object (a JSON reader would silently keep "
-                "the last one); delete one of them so the file says one thing"
+                "the last one); delete one of them so the file says one thing",
+                json.dumps(key, ensure_ascii=False) + r"\s*:",
             )
         seen[key] = value
     return seen
@@ -55,8 +61,9 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
 
 def _refuse_constant(name: str) -> float:
     raise _JsonRefusal(
-        f"holds the non-standard constant {name}; JSON has no NaN or Infinity: write a finite "
-        "number (or null where the schema allows it)"
+        f"the non-standard constant {name} appears; JSON has no NaN or Infinity: write a "
+        "finite number (or null where the schema allows it)",
+        r"[:,\[]\s*" + re.escape(name) + r"\b",
     )
 
 
@@ -64,17 +71,23 @@ def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
         raise _JsonRefusal(
-            f"holds the number {text}, which overflows to {value}; write a finite number"
+            f"the number {text} overflows to {value}; write a finite number",
+            re.escape(text),
         )
     return value
+
+
+def _lines(text: str, pattern: str) -> list[int]:
+    return [text.count("\n", 0, m.start()) + 1 for m in re.finditer(pattern, text)]
 
 
 def read_json(path: Path, *, what: str) -> Any:
     """Read a JSON file; a missing or malformed file is a ValueError naming it and ``what`` it is.
 
     Stricter than :func:`json.loads`: a key repeated within one object, the constants
-    ``NaN``, ``Infinity`` and ``-Infinity``, and numbers too large to be finite are refused,
-    so every plan, approval, manifest and record read here says exactly one finite thing.
+    ``NaN``, ``Infinity`` and ``-Infinity``, and numbers too large to be finite are refused
+    (the error names the file, the key or constant, and its lines), so every plan,
+    approval, manifest and record read here says exactly one finite thing.
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -88,7 +101,9 @@ def read_json(path: Path, *, what: str) -> Any:
             parse_float=_finite_float,
         )
     except _JsonRefusal as err:
-        raise ValueError(f"{what} {path} is refused: it {err}") from None
+        lines = _lines(text, err.token)
+        where = f" (line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))})" * bool(lines)
+        raise ValueError(f"{what} {path} is refused{where}: {err}") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
 
