@@ -10,21 +10,26 @@ fix. A refusal does not spend the run id; the first item of a run that passed do
 from __future__ import annotations
 
 import getpass
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from prereg import gitrepo, provenance
-from prereg.hashing import canonical_json, read_json, sha256_file, write_json
-from prereg.plans import Plan, load_plan, validate_stage
+from prereg import gate, gitrepo, ledger, provenance
+from prereg.gate import Refusal
+from prereg.hashing import read_json, sha256_file, write_json
+from prereg.plans import load_plan, validate_stage
 from prereg.runs import (
     COMPLETE,
     RunIdError,
     all_runs,
     check_run_id,
+    contained,
     has_started,
     refusals_dir,
-    runs_dir,
+    require_run_id,
+    run_dir,
+    valid_run_id,
 )
 from prereg.schema import MapOf, Nullable, validate
 from prereg.stages import load_kind
@@ -55,15 +60,6 @@ class ApprovalError(ValueError):
 
 
 @dataclass(frozen=True)
-class Refusal:
-    condition: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"[{self.condition}] {self.message}"
-
-
-@dataclass(frozen=True)
 class Approval:
     path: Path
     sha256: str
@@ -79,7 +75,7 @@ class Approval:
 
 
 def approval_path(root: Path, run_id: str) -> Path:
-    return Path(root) / APPROVALS / f"{run_id}.json"
+    return Path(root) / APPROVALS / f"{require_run_id(run_id)}.json"
 
 
 def load_approval(path: Path) -> Approval:
@@ -87,6 +83,11 @@ def load_approval(path: Path) -> Approval:
     validate(data, APPROVAL_SCHEMA, source=str(path))
     if data["format"] != FORMAT:
         raise ValueError(f"{path}: format {data['format']!r} is not {FORMAT!r}")
+    if not valid_run_id(data["run_id"]) or Path(path).stem != data["run_id"]:
+        raise ValueError(
+            f"{path}: field run_id is {data['run_id']!r}; a record is named after its run id "
+            "(plans/approvals/<stage>-YYYYMMDD-NNN.json): approve again with prereg approve"
+        )
     return Approval(path=Path(path), sha256=sha256_file(path), data=data)
 
 
@@ -154,12 +155,16 @@ def latest_complete_run(root: Path, stage: str) -> str | None:
     return done[-1].run_id if done else None
 
 
-def dependency_problems(root: Path, requires: dict) -> list[str]:
+def dependency_problems(root: Path, requires: dict, *, plan_sha256: str) -> list[str]:
+    """Each required run that is missing, changed, incomplete, of another plan or not clean."""
     from prereg.audit import audit_run_cached
 
     problems = []
     for stage, bound in sorted(requires.items()):
-        folder = runs_dir(root) / bound["run_id"]
+        if not valid_run_id(bound["run_id"]):
+            problems.append(f"required {stage} run {bound['run_id']!r} is not a run id")
+            continue
+        folder = run_dir(root, bound["run_id"])
         manifest = folder / "manifest.json"
         if not manifest.exists():
             problems.append(f"required {stage} run {bound['run_id']} has no manifest")
@@ -169,7 +174,23 @@ def dependency_problems(root: Path, requires: dict) -> list[str]:
                 f"required {stage} run {bound['run_id']}: manifest changed since approval"
             )
             continue
-        status = read_json(manifest, what="manifest")["status"]
+        try:
+            recorded = read_json(manifest, what="manifest")
+            status, plan_hash = recorded["status"], recorded["plan"]["sha256"]
+        except (ValueError, KeyError, TypeError) as err:
+            problems.append(f"required {stage} run {bound['run_id']}: unreadable manifest ({err})")
+            continue
+        if plan_hash != plan_sha256:
+            problems.append(
+                f"required {stage} run {bound['run_id']} ran under another plan (SHA-256 "
+                f"{str(plan_hash)[:12]}), not this approval's plan ({plan_sha256[:12]})"
+            )
+            continue
+        if recorded.get("stage") != stage:
+            problems.append(
+                f"required {stage} run {bound['run_id']} is a run of stage {recorded.get('stage')!r}"
+            )
+            continue
         if status != COMPLETE:
             problems.append(f"required {stage} run {bound['run_id']} is {status}, not complete")
             continue
@@ -195,14 +216,12 @@ def create_approval(
     use_runs: dict[str, str],
     accept_deviations: bool,
 ) -> Path:
-    """Write the approval record for one run from the current clean HEAD; return its path."""
+    """Write the approval record for one run from the current clean HEAD; return its path.
+
+    The draft record passes the gate's approval conditions first (:mod:`prereg.gate`);
+    every refusal is reported at once.
+    """
     root = Path(root)
-    dirty = gitrepo.dirty_paths(root)
-    if dirty:
-        raise ApprovalError(
-            f"the working tree is not clean ({', '.join(dirty[:5])}"
-            f"{' ...' if len(dirty) > 5 else ''}); commit or remove these changes, then approve"
-        )
     try:
         check_run_id(run_id, stage)
     except RunIdError as err:
@@ -219,32 +238,6 @@ def create_approval(
         raise ApprovalError(
             f"{record_path.relative_to(root)} exists already: one approval per run id"
         )
-    if has_started(root, run_id):
-        raise ApprovalError(
-            f"run id {run_id} has been spent (runs/{run_id} exists); choose the next number"
-        )
-    existing = list_approvals(root)
-    if spec["single_attempt"]:
-        earlier = [a.run_id for a in existing if a.stage == stage]
-        if earlier:
-            raise ApprovalError(
-                f"stage {stage} allows a single attempt (no retry, extension or seed replacement) "
-                f"and was already approved as {earlier}"
-            )
-    namespace = spec.get("seed_namespace")
-    if namespace is not None:
-        clash = [
-            a.run_id for a in existing if a.data["seed_namespace"] == namespace and a.stage != stage
-        ]
-        if clash:
-            raise ApprovalError(
-                f"seed namespace {namespace!r} is already used by {clash}; a stage never reuses "
-                "another stage's datasets or weights: give this stage a fresh namespace in the plan"
-            )
-    problems = baseline_problems(root)
-    if problems:
-        raise ApprovalError("the baseline is not intact: " + "; ".join(problems))
-
     requires = {}
     for needed in spec["requires"]:
         chosen = use_runs.get(needed) or latest_complete_run(root, needed)
@@ -253,15 +246,12 @@ def create_approval(
                 f"stage {stage} requires a complete run of {needed}; none is under runs/ "
                 f"(run and audit {needed} first, or name one with --use-run {needed}=RUN_ID)"
             )
-        manifest = runs_dir(root) / chosen / "manifest.json"
+        manifest = run_dir(root, chosen) / "manifest.json"
         if not manifest.exists():
             raise ApprovalError(
                 f"--use-run {needed}={chosen}: runs/{chosen}/manifest.json does not exist"
             )
         requires[needed] = {"run_id": chosen, "manifest_sha256": sha256_file(manifest)}
-    problems = dependency_problems(root, requires)
-    if problems:
-        raise ApprovalError("; ".join(problems))
 
     missing = sorted(set(spec["inputs"]) - set(inputs))
     extra = sorted(set(inputs) - set(spec["inputs"]))
@@ -274,11 +264,6 @@ def create_approval(
     if kind.check_inputs is not None:
         kind.check_inputs(plan, stage, {k: Path(v).resolve() for k, v in inputs.items()})
     bound_inputs = {name: bind_input(Path(p)) for name, p in sorted(inputs.items())}
-    if kind.gate_check is not None:
-        draft = {"stage": stage, "run_id": run_id, "requires": requires, "inputs": bound_inputs}
-        problems = kind.gate_check(root, plan, stage, draft)
-        if problems:
-            raise ApprovalError("; ".join(problems))
 
     actual = provenance.pinned_environment()
     deviations = provenance.deviations(plan.data["environment_pins"], actual)
@@ -299,9 +284,9 @@ def create_approval(
             "sha256": plan.sha256,
             "plan_id": plan.plan_id,
         },
-        "baseline": {"path": BASELINE.as_posix(), "sha256": sha256_file(root / BASELINE)},
+        "baseline": {"path": BASELINE.as_posix(), "sha256": _sha256_or_none(root / BASELINE)},
         "source_anchor": gitrepo.head_commit(root),
-        "seed_namespace": namespace,
+        "seed_namespace": spec.get("seed_namespace"),
         "environment": actual,
         "deviations": deviations,
         "requires": requires,
@@ -309,8 +294,16 @@ def create_approval(
         "approved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "approved_by": _approver(root),
     }
-    write_json(record_path, record)
+    facts = gate.gather(root, record, record_path, stage=stage, at_approval=True).facts
+    refusals = gate.check(facts, gate.APPROVE_CONDITIONS)
+    if refusals:
+        raise ApprovalError("\n  ".join(str(r) for r in refusals))
+    write_json(contained(root, record_path), record)
     return record_path
+
+
+def _sha256_or_none(path: Path) -> str:
+    return sha256_file(path) if path.is_file() else "(missing)"
 
 
 def _approver(root: Path) -> str:
@@ -324,7 +317,10 @@ def _approver(root: Path) -> str:
 def find_approval(root: Path, stage: str, run_id: str | None) -> Approval:
     """The approval to run under: the one named by ``run_id``, else the stage's only unspent one."""
     if run_id is not None:
-        path = approval_path(root, run_id)
+        try:
+            path = approval_path(root, run_id)
+        except RunIdError as err:
+            raise ApprovalError(f"--run-id: {err}") from None
         if not path.exists():
             raise ApprovalError(
                 f"no approval record {path.relative_to(root)}; create it with "
@@ -332,7 +328,9 @@ def find_approval(root: Path, stage: str, run_id: str | None) -> Approval:
             )
         return load_approval(path)
     unspent = [
-        a for a in list_approvals(root) if a.stage == stage and not has_started(root, a.run_id)
+        a
+        for a in list_approvals(root)
+        if a.stage == stage and not has_started(root, a.run_id) and not ledger.is_spent(root, a.run_id)
     ]
     if not unspent:
         raise ApprovalError(
@@ -347,148 +345,16 @@ def find_approval(root: Path, stage: str, run_id: str | None) -> Approval:
     return unspent[0]
 
 
-def check_gate(
-    root: Path, approval: Approval, stage: str, run_id: str | None
-) -> tuple[Plan | None, list[Refusal]]:
-    """Every gate condition, checked; the refusals (empty when the run may start)."""
-    root = Path(root)
-    data = approval.data
-    refusals: list[Refusal] = []
-    rel = approval.path.relative_to(root).as_posix()
-
-    plan_file = root / data["plan"]["path"]
-    plan = None
-    if not plan_file.exists():
-        refusals.append(
-            Refusal("plan-hash", f"the approved plan {data['plan']['path']} does not exist")
-        )
-    else:
-        actual = sha256_file(plan_file)
-        if actual != data["plan"]["sha256"]:
-            refusals.append(
-                Refusal(
-                    "plan-hash",
-                    f"{data['plan']['path']} hashes {actual}, the approval binds {data['plan']['sha256']}; "
-                    "restore the approved plan, or approve the edited plan under a new run id",
-                )
-            )
-        else:
-            plan = load_plan(plan_file)
-            try:
-                validate_stage(plan, stage)
-            except (ValueError, LookupError) as err:
-                refusals.append(Refusal("plan-hash", f"the approved plan does not validate: {err}"))
-
-    problems = baseline_problems(root)
-    baseline_file = root / BASELINE
-    if baseline_file.exists() and sha256_file(baseline_file) != data["baseline"]["sha256"]:
-        problems.insert(
-            0,
-            f"{BASELINE} hashes {sha256_file(baseline_file)}, the approval binds {data['baseline']['sha256']}",
-        )
-    if problems:
-        refusals.append(
-            Refusal(
-                "baseline",
-                "; ".join(problems) + ". Historical files are immutable: restore them from git",
-            )
-        )
-
-    dirty = gitrepo.dirty_paths(root)
-    if dirty:
-        refusals.append(
-            Refusal(
-                "clean-source",
-                f"the working tree is not clean: {', '.join(dirty[:8])}; commit or remove these changes "
-                f"(the approval record {rel} itself must be committed)",
-            )
-        )
-    anchor = data["source_anchor"]
-    head = gitrepo.head_commit(root)
-    if not gitrepo.commit_exists(root, anchor) or not gitrepo.is_ancestor(root, anchor, head):
-        refusals.append(
-            Refusal(
-                "clean-source",
-                f"the approval's source anchor {anchor[:12]} is not an ancestor of HEAD {head[:12]}",
-            )
-        )
-    else:
-        beyond = [p for p in gitrepo.changed_between(root, anchor, head) if p != rel]
-        if beyond:
-            refusals.append(
-                Refusal(
-                    "clean-source",
-                    f"HEAD {head[:12]} differs from the approved anchor {anchor[:12]} beyond the approval "
-                    f"record: {', '.join(beyond[:8])}; only {rel} may differ. Approve the new source under "
-                    "a new run id, or check out the approved source",
-                )
-            )
-
-    import prereg
-
-    own_copy = root / "lib" / "prereg"
-    in_use = Path(prereg.__file__).resolve().parent
-    if own_copy.is_dir() and in_use != own_copy.resolve():
-        refusals.append(
-            Refusal(
-                "clean-source",
-                f"the prereg package in use is {in_use}, not this checkout's {own_copy}: the approved "
-                "source would not be what runs. Install this checkout (pip install -e .) or set "
-                f"PYTHONPATH={root / 'lib'}",
-            )
-        )
-
-    if data["stage"] != stage or (run_id is not None and data["run_id"] != run_id):
-        refusals.append(
-            Refusal(
-                "stage-and-run-id",
-                f"the approval {rel} is for stage {data['stage']!r}, run {data['run_id']!r}; the command "
-                f"line asks for stage {stage!r}" + (f", run {run_id!r}" if run_id else ""),
-            )
-        )
-    if has_started(root, data["run_id"]):
-        refusals.append(
-            Refusal(
-                "run-id-unused",
-                f"run id {data['run_id']} has been spent (runs/{data['run_id']}/start.json exists): one "
-                "approval, one run; no retry. Approve a new run id",
-            )
-        )
-
-    if plan is not None:
-        actual_env = provenance.pinned_environment()
-        now = provenance.deviations(plan.data["environment_pins"], actual_env)
-        named = {canonical_json(d) for d in data["deviations"]}
-        unnamed = [d for d in now if canonical_json(d) not in named]
-        if unnamed:
-            listed = "; ".join(
-                f"{d['field']}: pinned {d['pinned']!r}, here {d['actual']!r}" for d in unnamed
-            )
-            refusals.append(
-                Refusal(
-                    "environment",
-                    f"deviations from the plan's pins not named in the approval: {listed}; approve again "
-                    "with --accept-deviations on this machine so they are named",
-                )
-            )
-
-    problems = input_problems(data["inputs"]) + dependency_problems(root, data["requires"])
-    if plan is not None and not problems:
-        kind = load_kind(plan.stage(stage)["kind"])
-        if kind.gate_check is not None:
-            problems += kind.gate_check(root, plan, stage, data)
-    if problems:
-        refusals.append(Refusal("inputs", "; ".join(problems)))
-    return plan, refusals
-
-
 def write_refusal(
     root: Path, approval: Approval | None, stage: str, run_id: str | None, refusals: list[Refusal]
 ) -> Path:
     """Record a refusal under runs/refusals/ (it does not spend the run id)."""
     now = datetime.now(timezone.utc)
-    name = f"{run_id or stage}-{now.strftime('%Y%m%dT%H%M%S%fZ')}.json"
-    path = refusals_dir(root) / name
+    label = run_id if valid_run_id(run_id) else "invalid-run-id" if run_id else stage
+    if not re.fullmatch(r"[a-z][a-z0-9-]*(-\d{8}-\d{3})?", label):
+        label = "unknown-stage"
+    name = f"{label}-{now.strftime('%Y%m%dT%H%M%S%fZ')}.json"
+    path = contained(root, refusals_dir(root) / name)
     write_json(
         path,
         {

@@ -35,31 +35,26 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def write_start_record(
-    run_dir: Path,
-    *,
-    stage: str,
-    run_id: str,
-    approval_path: Path,
-    plan_sha256: str,
-    started_at: str,
-    root: Path,
-) -> None:
-    """Spend the run id: from now on this approval cannot be used again."""
+def start_record(
+    *, stage: str, run_id: str, approval_path: Path, plan_sha256: str, started_at: str, root: Path
+) -> dict:
+    """What ``start.json`` holds; its canonical bytes are also recorded in git (:mod:`prereg.ledger`)."""
+    return {
+        "stage": stage,
+        "run_id": run_id,
+        "started_at": started_at,
+        "source_commit": gitrepo.head_commit(root),
+        "plan_sha256": plan_sha256,
+        "approval_sha256": sha256_file(approval_path),
+        "host": socket.gethostname(),
+    }
+
+
+def write_start_record(run_dir: Path, *, record: dict, approval_path: Path) -> None:
+    """Lay out the run folder of a run id just spent in git: the approval copy and start.json."""
     run_dir.mkdir(parents=True, exist_ok=False)
     shutil.copyfile(approval_path, run_dir / APPROVAL_COPY)
-    write_json(
-        run_dir / START_RECORD,
-        {
-            "stage": stage,
-            "run_id": run_id,
-            "started_at": started_at,
-            "source_commit": gitrepo.head_commit(root),
-            "plan_sha256": plan_sha256,
-            "approval_sha256": sha256_file(approval_path),
-            "host": socket.gethostname(),
-        },
-    )
+    write_json(run_dir / START_RECORD, record)
 
 
 def append_item(run_dir: Path, entry: dict) -> None:

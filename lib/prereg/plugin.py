@@ -10,8 +10,12 @@ from the controller. See README.md, "For researchers".
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+import subprocess
+import sys
+import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass
@@ -20,19 +24,26 @@ from pathlib import Path
 import pytest
 
 from prereg import approval as approvals
-from prereg import manifest, provenance
+from prereg import gate, ledger, manifest, provenance
 from prereg.context import BudgetExceeded, ItemContext
-from prereg.hashing import file_entries, read_json, sha256_file
+from prereg.hashing import canonical_json, file_entries, read_json, sha256_file
 from prereg.plans import Plan, load_plan
-from prereg.runs import ITEMS_DIR, START_RECORD, progress_log, run_dir
+from prereg.runs import ITEMS_DIR, START_RECORD, contained, progress_log, run_dir
 
 STAGE_OPTION = "--research-stage"
 RUN_ID_OPTION = "--run-id"
+LIST_OPTION = "--prereg-list-items"
 PROPERTY = "prereg"
-# Options that would run part of a stage, or none of it while spending the run id.
+# Options that would run part of a stage, or none of it while spending the run id, or change
+# what is collected. Whatever else changes the item set is caught by comparing it with the
+# stage's full item set, listed in a clean process (see Controller._verify_and_spend).
 PARTIAL_SELECTION_OPTIONS = (
-    "keyword", "markexpr", "deselect", "lf", "stepwise", "collectonly", "setuponly", "setupplan",
+    "keyword", "markexpr", "deselect", "lf", "stepwise", "stepwise_skip", "collectonly",
+    "setuponly", "setupplan", "ignore", "ignore_glob", "override_ini", "inifilename",
+    "noconftest", "pyargs",
 )  # fmt: skip
+# Environment variables a clean listing of the stage's items does not inherit.
+LISTING_DROPS = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
 
 
 @dataclass(frozen=True)
@@ -79,8 +90,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="RUN_ID",
         help="the approved run id to use (default: the stage's only unspent approval)",
     )
+    group.addoption(
+        LIST_OPTION,
+        dest="prereg_list_items",
+        default=None,
+        metavar="PATH",
+        help=argparse_suppress(),
+    )
     parser.addini("prereg_plans", type="linelist", help="plan files whose stages are known")
     parser.addini("prereg_research_paths", type="linelist", help="folders holding research stages")
+
+
+def argparse_suppress() -> str:
+    import argparse
+
+    return argparse.SUPPRESS  # internal: the controller's clean listing of a stage's items
 
 
 def known_stages(root: Path, config: pytest.Config) -> dict[str, str]:
@@ -121,13 +145,16 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = Settings(**data) if data else Settings(root=str(root))
     elif config.option.research_stage is None:
         settings = Settings(root=str(root))
+    elif config.option.prereg_list_items:
+        config.option.collectonly = True  # a listing never runs an item
+        settings = _resolve_research_run(config, root, listing=True)
     else:
         settings = _resolve_research_run(config, root)
         config.pluginmanager.register(Controller(config, settings), "prereg-controller")
     config.stash[SETTINGS] = settings
 
 
-def _resolve_research_run(config: pytest.Config, root: Path) -> Settings:
+def _resolve_research_run(config: pytest.Config, root: Path, listing: bool = False) -> Settings:
     stage = config.option.research_stage
     run_id = config.option.prereg_run_id
     known = known_stages(root, config)
@@ -137,7 +164,9 @@ def _resolve_research_run(config: pytest.Config, root: Path) -> Settings:
             "(from prereg_plans in pytest.ini)"
         )
     partial = [o for o in PARTIAL_SELECTION_OPTIONS if getattr(config.option, o, None)]
-    if partial or config.args_source == pytest.Config.ArgsSource.ARGS:
+    if Path(config.option.confcutdir or root).resolve() != root.resolve():
+        partial.append("confcutdir")
+    if not listing and (partial or config.args_source == pytest.Config.ArgsSource.ARGS):
         raise pytest.UsageError(
             f"a research stage runs whole: drop {', '.join(partial) or 'the path arguments'} "
             f"and run `pytest {STAGE_OPTION}={stage}`"
@@ -145,7 +174,7 @@ def _resolve_research_run(config: pytest.Config, root: Path) -> Settings:
     try:
         record = approvals.find_approval(root, stage, run_id)
     except (approvals.ApprovalError, ValueError) as err:
-        if run_id is not None:
+        if run_id is not None and not listing:
             approvals.write_refusal(
                 root, None, stage, run_id, [approvals.Refusal("approval", str(err))]
             )
@@ -158,7 +187,7 @@ def _resolve_research_run(config: pytest.Config, root: Path) -> Settings:
         raise pytest.UsageError(f"research stage {stage} refused: {err}") from None
     threads = spec["threads_per_worker"]
     provenance.set_thread_environment(threads)  # inherited by xdist workers started later
-    if not config.option.xmlpath:
+    if not listing and not config.option.xmlpath:
         config.option.xmlpath = str(run_dir(root, record.run_id) / "junit.xml")
     return Settings(
         root=str(root),
@@ -204,6 +233,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if settings.research and config.option.prereg_list_items:
+        Path(config.option.prereg_list_items).write_text(json.dumps([i.nodeid for i in items]))
 
 
 # -- per item (serial process or xdist worker) --------------------------------------------------
@@ -307,46 +338,94 @@ class Controller:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """The gate, before xdist starts a worker; the run id is spent only once the items
+        about to run are known to be the stage's full item set (:meth:`_verify_and_spend`)."""
         self.session = session
         settings = self.settings
         record = approvals.load_approval(Path(settings.approval_path))
-        plan, refusals = approvals.check_gate(
-            self.root, record, settings.stage, self.config.option.prereg_run_id
+        self.approval = record
+        gathered = gate.gather(
+            self.root,
+            record.data,
+            record.path,
+            stage=settings.stage,
+            run_id_asked=self.config.option.prereg_run_id,
+            plugins=self.config.pluginmanager.list_name_plugin(),
         )
-        if refusals:
-            where = approvals.write_refusal(
-                self.root, record, settings.stage, record.run_id, refusals
-            )
-            raise pytest.UsageError(
-                f"research stage {settings.stage} refused (run {record.run_id}; the run id is not "
-                f"spent; refusal recorded in {where.relative_to(self.root)}):\n  "
-                + "\n  ".join(str(r) for r in refusals)
-            )
+        self._refuse_if(gate.check(gathered.facts))
         from prereg.stages import load_kind
 
-        self.plan = plan
-        self.kind = load_kind(self.plan.stage(settings.stage)["kind"])
+        self.plan = gathered.plan
         spec = self.plan.stage(settings.stage)
-        self.started = time.time()
-        self.started_at = manifest.utc_now()
-        manifest.write_start_record(
-            self.run_dir,
-            stage=settings.stage,
-            run_id=record.run_id,
-            approval_path=record.path,
-            plan_sha256=record.data["plan"]["sha256"],
-            started_at=self.started_at,
-            root=self.root,
-        )
-        self.approval = record
-        progress = progress_log(self.root, record.run_id)
-        progress.parent.mkdir(parents=True, exist_ok=True)
-        progress.touch()
-        deadline = self.started + spec["budget_seconds"] if spec["budget_enforced"] else None
+        self.kind = load_kind(spec["kind"])
+        self.listing = _Listing(self.root, settings)
+        gate_passed_at = time.time()
+        deadline = gate_passed_at + spec["budget_seconds"] if spec["budget_enforced"] else None
         self.settings = settings = Settings(
             **{**asdict(settings), "deadline": deadline, "gate_passed": True}
         )
         self.config.stash[SETTINGS] = settings
+
+    def _refuse_if(self, refusals: list[gate.Refusal]) -> None:
+        """Record the refusals and stop with a usage error; the run id stays unspent."""
+        if not refusals:
+            return
+        settings, record = self.settings, self.approval
+        where = approvals.write_refusal(self.root, record, settings.stage, record.run_id, refusals)
+        _drop_junit_report(self.config)  # the refused run gets no runs/<run-id>/junit.xml
+        raise pytest.UsageError(
+            f"research stage {settings.stage} refused (run {record.run_id}; the run id is not "
+            f"spent; refusal recorded in {where.relative_to(self.root)}):\n  "
+            + "\n  ".join(str(r) for r in refusals)
+        )
+
+    def _verify_and_spend(self, about_to_run: list[str]) -> None:
+        """Compare the items about to run with the stage's full item set, then spend the run id:
+        in git first (atomic, once), then the run folder."""
+        if self.started:
+            return
+        expected = self.listing.wait()
+        if isinstance(expected, str):
+            self._refuse_if([gate.Refusal("whole-stage", expected)])
+        self._refuse_if(gate.item_set(expected, about_to_run))
+        self.expected = list(expected)
+        record, settings = self.approval, self.settings
+        if self.run_dir.exists():
+            self._refuse_if([gate.Refusal(
+                "run-id-unused",
+                f"runs/{record.run_id} exists although no start is recorded; move it out of runs/ "
+                "(it is not a run of this approval) and run again",
+            )])  # fmt: skip
+        started_at = manifest.utc_now()
+        start = manifest.start_record(
+            stage=settings.stage,
+            run_id=record.run_id,
+            approval_path=record.path,
+            plan_sha256=record.data["plan"]["sha256"],
+            started_at=started_at,
+            root=self.root,
+        )
+        single = self.plan.stage(settings.stage)["single_attempt"]
+        try:
+            ledger.spend(
+                self.root,
+                record.run_id,
+                canonical_json(start).encode(),
+                single_attempt_stage=settings.stage if single else None,
+            )
+        except ledger.AlreadyRecorded as err:
+            self._refuse_if([gate.Refusal(
+                "run-id-unused",
+                f"{err}: another run of this approval or stage started first (one approval, one "
+                "run; a single-attempt stage runs once)",
+            )])  # fmt: skip
+        contained(self.root, self.run_dir.parent)
+        manifest.write_start_record(self.run_dir, record=start, approval_path=record.path)
+        self.started = time.time()
+        self.started_at = started_at
+        progress = progress_log(self.root, record.run_id)
+        progress.parent.mkdir(parents=True, exist_ok=True)
+        progress.touch()
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
@@ -362,7 +441,7 @@ class Controller:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
-        self.expected = list(ids)
+        self._verify_and_spend(list(ids))  # before xdist schedules any item
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
@@ -373,7 +452,8 @@ class Controller:
             self.interrupted = self.interrupted or f"worker {node.gateway.id} went down: {error}"
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.expected = [item.nodeid for item in session.items]
+        if not hasattr(self.config, "workerinput") and not _distributed(self.config):
+            self._verify_and_spend([item.nodeid for item in session.items])
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         entry = self.entries.setdefault(
@@ -475,6 +555,54 @@ class Controller:
             terminalreporter.write_line(
                 f"audit it: prereg audit {self.run_dir.relative_to(self.root)}"
             )
+
+
+def _distributed(config: pytest.Config) -> bool:
+    """xdist workers collect and run the items; this controller collects none."""
+    return config.pluginmanager.has_plugin("dsession")
+
+
+def _drop_junit_report(config: pytest.Config) -> None:
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    if xml is not None:  # as pytest's own junitxml unconfigure does
+        del config.stash[xml_key]
+        config.pluginmanager.unregister(xml)
+
+
+class _Listing:
+    """The stage's full item set, listed by a clean pytest process (no PYTEST_ADDOPTS, no
+    stepwise or cache plugin, no xdist, the checkout's own pytest.ini) started at the gate."""
+
+    def __init__(self, root: Path, settings: Settings) -> None:
+        handle, self.path = tempfile.mkstemp(prefix="prereg-items-", suffix=".json")
+        os.close(handle)
+        env = {k: v for k, v in os.environ.items() if k not in LISTING_DROPS}
+        command = [
+            sys.executable, "-m", "pytest", f"{STAGE_OPTION}={settings.stage}",
+            f"{RUN_ID_OPTION}={settings.run_id}", f"{LIST_OPTION}={self.path}", "-q",
+            "-p", "no:cacheprovider", "-p", "no:stepwise", "-p", "no:xdist",
+            "-p", "no:randomly", f"--rootdir={root}", "-c", str(root / "pytest.ini"),
+        ]  # fmt: skip
+        self.process = subprocess.Popen(
+            command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+
+    def wait(self) -> list[str] | str:
+        """The node ids, or a sentence saying why the stage's items could not be listed."""
+        output, _ = self.process.communicate()
+        try:
+            listed = json.loads(Path(self.path).read_text() or "null")
+        finally:
+            Path(self.path).unlink(missing_ok=True)
+        if self.process.returncode not in (0, 5) or not isinstance(listed, list):
+            tail = "\n    ".join(output.strip().splitlines()[-15:])
+            return (
+                "the stage's full item set could not be listed in a clean process "
+                f"(exit {self.process.returncode}):\n    {tail}"
+            )
+        return listed
 
 
 def _plugin_names(config: pytest.Config) -> dict[str, list[str]]:

@@ -37,12 +37,37 @@ def check_run_id(run_id: str, stage: str) -> None:
         )
 
 
+def valid_run_id(run_id: object) -> bool:
+    return isinstance(run_id, str) and RUN_ID_PATTERN.match(run_id) is not None
+
+
+def require_run_id(run_id: object) -> str:
+    """``run_id`` if it has the form ``<stage>-YYYYMMDD-NNN``; a path is never built from another."""
+    if not valid_run_id(run_id):
+        raise RunIdError(
+            f"run id {run_id!r} does not have the form <stage>-YYYYMMDD-NNN "
+            "(lower-case stage name, for example calibration-20261009-001)"
+        )
+    return run_id
+
+
 def runs_dir(root: Path) -> Path:
     return Path(root) / "runs"
 
 
 def run_dir(root: Path, run_id: str) -> Path:
-    return runs_dir(root) / run_id
+    return runs_dir(root) / require_run_id(run_id)
+
+
+def contained(root: Path, path: Path) -> Path:
+    """``path``, after checking that it resolves inside the repository ``root`` (links included)."""
+    resolved, base = Path(path).resolve(), Path(root).resolve()
+    if resolved != base and base not in resolved.parents:
+        raise RunIdError(
+            f"{path} resolves to {resolved}, outside the repository {base}: prereg writes only "
+            "inside the checkout (is runs/ a link to elsewhere?)"
+        )
+    return Path(path)
 
 
 def refusals_dir(root: Path) -> Path:
@@ -59,6 +84,7 @@ def audits_dir(root: Path) -> Path:
 
 
 def has_started(root: Path, run_id: str) -> bool:
+    """The run folder holds a start record (see also :func:`prereg.ledger.is_spent`)."""
     return (run_dir(root, run_id) / START_RECORD).exists()
 
 

@@ -1,0 +1,419 @@
+"""The gate: the conditions under which a research run may start.
+
+The facts are gathered once (:func:`gather`: git, hashes, the environment, the
+ledger in git); each condition is a small function of those facts that returns the
+refusals it finds, or nothing. ``prereg approve`` checks :data:`APPROVE_CONDITIONS`
+on a draft record before writing it; the controller's ``pytest_sessionstart`` checks
+:data:`RUN_CONDITIONS` before any item runs and before the run id is spent. Because
+the conditions take facts, not a repository, they are tested without git.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from prereg import execution, gitrepo, ledger, provenance
+from prereg.hashing import canonical_json, sha256_file
+
+
+@dataclass(frozen=True)
+class Refusal:
+    condition: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"[{self.condition}] {self.message}"
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything the conditions look at; gathered by :func:`gather`, or made by hand in tests."""
+
+    stage: str  # the stage asked for (command line, or prereg approve --stage)
+    record: dict  # the approval record (a draft at approve time)
+    record_rel: str  # plans/approvals/<run-id>.json
+    run_id_asked: str | None = None  # --run-id on the command line
+    record_bytes: bytes | None = None  # the record file's bytes (None: a draft)
+    committed_record: bytes | None = None  # the record's blob at HEAD (None: not committed)
+    plan_sha256: str | None = None  # the plan file now (None: missing)
+    plan_problem: str | None = None  # the plan does not load or validate
+    baseline_sha256: str | None = None  # plans/BASELINE.json now (None: missing)
+    baseline_problems: tuple[str, ...] = ()
+    dirty: tuple[str, ...] = ()
+    head: str = ""
+    anchor_is_ancestor: bool = True
+    changed_since_anchor: tuple[str, ...] = ()
+    package_in_use: str = ""
+    package_of_checkout: str | None = None  # lib/prereg of the checkout (None: none there)
+    spent_folder: bool = False  # runs/<run-id>/start.json exists
+    spent_in_git: bool = False  # refs/prereg/runs/<run-id>/start exists
+    single_attempt: bool = False
+    attempt_used_by: str | None = None  # run id holding refs/prereg/single-attempt/<stage>
+    other_approvals_of_stage: tuple[str, ...] = ()  # run ids (single-attempt check at approve)
+    namespace_clash: tuple[str, ...] = ()  # other stages' approvals using this seed namespace
+    deviations_now: tuple[dict, ...] = ()
+    execution_problems: tuple[str, ...] = ()
+    input_problems: tuple[str, ...] = ()
+
+    @property
+    def run_id(self) -> str:
+        return self.record["run_id"]
+
+
+Condition = Callable[[Facts], "list[Refusal]"]
+
+
+def plan_hash(f: Facts) -> list[Refusal]:
+    path, bound = f.record["plan"]["path"], f.record["plan"]["sha256"]
+    if f.plan_sha256 is None:
+        return [Refusal("plan-hash", f"the approved plan {path} does not exist")]
+    if f.plan_sha256 != bound:
+        return [
+            Refusal(
+                "plan-hash",
+                f"{path} hashes {f.plan_sha256}, the approval binds {bound}; restore the approved "
+                "plan, or approve the edited plan under a new run id",
+            )
+        ]
+    if f.plan_problem:
+        return [Refusal("plan-hash", f"the approved plan does not validate: {f.plan_problem}")]
+    return []
+
+
+def baseline(f: Facts) -> list[Refusal]:
+    problems = list(f.baseline_problems)
+    bound = f.record["baseline"]["sha256"]
+    if f.baseline_sha256 is not None and f.baseline_sha256 != bound:
+        problems.insert(
+            0, f"{f.record['baseline']['path']} hashes {f.baseline_sha256}, the approval binds {bound}"
+        )
+    if not problems:
+        return []
+    return [
+        Refusal(
+            "baseline",
+            "; ".join(problems) + ". Historical files are immutable: restore them from git",
+        )
+    ]
+
+
+def clean_tree(f: Facts) -> list[Refusal]:
+    if not f.dirty:
+        return []
+    return [
+        Refusal(
+            "clean-source",
+            f"the working tree is not clean: {', '.join(f.dirty[:8])}; commit or remove these "
+            f"changes (the approval record {f.record_rel} itself must be committed)",
+        )
+    ]
+
+
+def approved_source(f: Facts) -> list[Refusal]:
+    anchor = f.record["source_anchor"]
+    if not f.anchor_is_ancestor:
+        return [
+            Refusal(
+                "clean-source",
+                f"the approval's source anchor {anchor[:12]} is not an ancestor of HEAD {f.head[:12]}",
+            )
+        ]
+    beyond = [p for p in f.changed_since_anchor if p != f.record_rel]
+    if not beyond:
+        return []
+    return [
+        Refusal(
+            "clean-source",
+            f"HEAD {f.head[:12]} differs from the approved anchor {anchor[:12]} beyond the approval "
+            f"record: {', '.join(beyond[:8])}; only {f.record_rel} may differ. Approve the new "
+            "source under a new run id, or check out the approved source",
+        )
+    ]
+
+
+def own_package(f: Facts) -> list[Refusal]:
+    if f.package_of_checkout is None or f.package_in_use == f.package_of_checkout:
+        return []
+    return [
+        Refusal(
+            "clean-source",
+            f"the prereg package in use is {f.package_in_use}, not this checkout's "
+            f"{f.package_of_checkout}: the approved source would not be what runs. Install this "
+            "checkout (pip install -e .) or put its lib/ first on PYTHONPATH",
+        )
+    ]
+
+
+def record_committed(f: Facts) -> list[Refusal]:
+    if f.committed_record is None:
+        return [
+            Refusal(
+                "clean-source",
+                f"the approval record {f.record_rel} is not committed at HEAD {f.head[:12]} (an "
+                "ignored or untracked record does not count): git add it and commit",
+            )
+        ]
+    if f.record_bytes is not None and f.committed_record != f.record_bytes:
+        return [
+            Refusal(
+                "clean-source",
+                f"the approval record {f.record_rel} differs from its committed blob at HEAD "
+                f"{f.head[:12]}: restore it (git checkout -- {f.record_rel})",
+            )
+        ]
+    return []
+
+
+def stage_and_run_id(f: Facts) -> list[Refusal]:
+    asked_run = f.run_id_asked
+    if f.record["stage"] == f.stage and (asked_run is None or asked_run == f.run_id):
+        return []
+    return [
+        Refusal(
+            "stage-and-run-id",
+            f"the approval {f.record_rel} is for stage {f.record['stage']!r}, run {f.run_id!r}; "
+            f"the command line asks for stage {f.stage!r}"
+            + (f", run {asked_run!r}" if asked_run else ""),
+        )
+    ]
+
+
+def run_id_unused(f: Facts) -> list[Refusal]:
+    if f.spent_in_git:
+        return [
+            Refusal(
+                "run-id-unused",
+                f"run id {f.run_id} has been spent (git records its start in "
+                f"{ledger.start_ref(f.run_id)}): one approval, one run; no retry. Approve a new run id",
+            )
+        ]
+    if f.spent_folder:
+        return [
+            Refusal(
+                "run-id-unused",
+                f"run id {f.run_id} has been spent (runs/{f.run_id}/start.json exists): one "
+                "approval, one run; no retry. Approve a new run id",
+            )
+        ]
+    return []
+
+
+def single_attempt(f: Facts) -> list[Refusal]:
+    if not f.single_attempt:
+        return []
+    if f.attempt_used_by is not None and f.attempt_used_by != f.run_id:
+        return [
+            Refusal(
+                "single-attempt",
+                f"stage {f.stage} allows a single attempt (no retry, extension or seed "
+                f"replacement) and git records that run {f.attempt_used_by} used it "
+                f"({ledger.attempt_ref(f.stage)})",
+            )
+        ]
+    if f.other_approvals_of_stage:
+        return [
+            Refusal(
+                "single-attempt",
+                f"stage {f.stage} allows a single attempt (no retry, extension or seed "
+                f"replacement) and was already approved as {list(f.other_approvals_of_stage)}",
+            )
+        ]
+    return []
+
+
+def seed_namespace(f: Facts) -> list[Refusal]:
+    if not f.namespace_clash:
+        return []
+    return [
+        Refusal(
+            "seed-namespace",
+            f"seed namespace {f.record['seed_namespace']!r} is already used by "
+            f"{list(f.namespace_clash)}; a stage never reuses another stage's datasets or "
+            "weights: give this stage a fresh namespace in the plan",
+        )
+    ]
+
+
+def environment(f: Facts) -> list[Refusal]:
+    named = {canonical_json(d) for d in f.record["deviations"]}
+    unnamed = [d for d in f.deviations_now if canonical_json(d) not in named]
+    if not unnamed:
+        return []
+    listed = "; ".join(f"{d['field']}: pinned {d['pinned']!r}, here {d['actual']!r}" for d in unnamed)
+    return [
+        Refusal(
+            "environment",
+            f"deviations from the plan's pins not named in the approval: {listed}; approve again "
+            "with --accept-deviations on this machine so they are named",
+        )
+    ]
+
+
+def executed_code(f: Facts) -> list[Refusal]:
+    return [Refusal("execution", problem) for problem in f.execution_problems]
+
+
+def inputs(f: Facts) -> list[Refusal]:
+    if not f.input_problems:
+        return []
+    return [Refusal("inputs", "; ".join(f.input_problems))]
+
+
+RUN_CONDITIONS: tuple[Condition, ...] = (
+    plan_hash,
+    baseline,
+    clean_tree,
+    approved_source,
+    own_package,
+    record_committed,
+    stage_and_run_id,
+    run_id_unused,
+    single_attempt,
+    environment,
+    executed_code,
+    inputs,
+)
+APPROVE_CONDITIONS: tuple[Condition, ...] = (
+    baseline,
+    clean_tree,
+    own_package,
+    run_id_unused,
+    single_attempt,
+    seed_namespace,
+    executed_code,
+    inputs,
+)
+
+
+def item_set(expected: list[str], about_to_run: list[str]) -> list[Refusal]:
+    """The whole stage runs or nothing does: the items about to run are exactly the stage's."""
+    missing = sorted(set(expected) - set(about_to_run))
+    unexpected = sorted(set(about_to_run) - set(expected))
+    if not missing and not unexpected and len(about_to_run) == len(expected):
+        return []
+    detail = "".join(
+        f"; {label} ({len(ids)}): {', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''}"
+        for label, ids in (("missing", missing), ("unexpected", unexpected))
+        if ids
+    )
+    return [
+        Refusal(
+            "whole-stage",
+            f"{len(about_to_run)} item(s) would run, the stage has {len(expected)}{detail}. A "
+            "research stage runs whole: drop the options, PYTEST_ADDOPTS or plugins that select, "
+            "ignore or skip items (-o, --ignore, --sw-skip, a stepwise cache ...) and run again",
+        )
+    ]
+
+
+def check(facts: Facts, conditions: tuple[Condition, ...] = RUN_CONDITIONS) -> list[Refusal]:
+    return [refusal for condition in conditions for refusal in condition(facts)]
+
+
+# -- gathering the facts -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """The facts, and the plan they loaded (None when it does not load)."""
+
+    facts: Facts
+    plan: object = None
+
+
+def gather(
+    root: Path,
+    record: dict,
+    record_path: Path,
+    *,
+    stage: str,
+    run_id_asked: str | None = None,
+    plugins: list[tuple[str, object]] | None = None,
+    at_approval: bool = False,
+) -> Gathered:
+    """Read every fact the conditions need from the checkout, git and this process."""
+    from prereg import approval as approvals
+    from prereg.plans import load_plan, validate_stage
+    from prereg.runs import has_started
+    from prereg.stages import load_kind
+
+    root = Path(root)
+    record_rel = Path(record_path).relative_to(root).as_posix()
+    head = gitrepo.head_commit(root)
+    plan_file = root / record["plan"]["path"]
+    plan, plan_problem, plan_sha = None, None, None
+    if plan_file.is_file():
+        plan_sha = sha256_file(plan_file)
+        try:
+            plan = load_plan(plan_file)
+            validate_stage(plan, stage)
+        except (ValueError, LookupError) as err:
+            plan, plan_problem = None, str(err)
+    baseline_file = root / record["baseline"]["path"]
+    spec = plan.stage(stage) if plan is not None and stage in plan.stages else {}
+    anchor = record["source_anchor"]
+    ancestor = gitrepo.commit_exists(root, anchor) and gitrepo.is_ancestor(root, anchor, head)
+
+    import prereg
+
+    own = root / "lib" / "prereg"
+    run_id = record["run_id"]
+    existing = approvals.list_approvals(root) if at_approval else []
+    namespace = record.get("seed_namespace")
+
+    problems: list[str] = []
+    if at_approval or plan is not None:
+        problems = approvals.input_problems(record["inputs"]) + approvals.dependency_problems(
+            root, record["requires"], plan_sha256=record["plan"]["sha256"]
+        )
+        if plan is not None and not problems:
+            kind = load_kind(spec["kind"])
+            if kind.gate_check is not None:
+                problems += kind.gate_check(root, plan, stage, record)
+    deviations_now: list[dict] = []
+    if plan is not None:
+        deviations_now = provenance.deviations(
+            plan.data["environment_pins"], provenance.pinned_environment()
+        )
+    committed = None
+    if not at_approval:
+        try:
+            committed = gitrepo.show_bytes(root, head, record_rel)
+        except gitrepo.GitError:
+            committed = None
+    facts = Facts(
+        stage=stage,
+        record=record,
+        record_rel=record_rel,
+        run_id_asked=run_id_asked,
+        record_bytes=None if at_approval else Path(record_path).read_bytes(),
+        committed_record=committed,
+        plan_sha256=plan_sha,
+        plan_problem=plan_problem,
+        baseline_sha256=sha256_file(baseline_file) if baseline_file.is_file() else None,
+        baseline_problems=tuple(approvals.baseline_problems(root)),
+        dirty=tuple(gitrepo.dirty_paths(root)),
+        head=head,
+        anchor_is_ancestor=ancestor,
+        changed_since_anchor=tuple(gitrepo.changed_between(root, anchor, head)) if ancestor else (),
+        package_in_use=str(Path(prereg.__file__).resolve().parent),
+        package_of_checkout=str(own.resolve()) if own.is_dir() else None,
+        spent_folder=has_started(root, run_id),
+        spent_in_git=ledger.is_spent(root, run_id),
+        single_attempt=bool(spec.get("single_attempt")),
+        attempt_used_by=ledger.attempt_run_id(root, stage),
+        other_approvals_of_stage=tuple(
+            a.run_id for a in existing if a.stage == stage and a.run_id != run_id
+        ),
+        namespace_clash=tuple(
+            a.run_id
+            for a in existing
+            if namespace is not None and a.data["seed_namespace"] == namespace and a.stage != stage
+        ),
+        deviations_now=tuple(deviations_now),
+        execution_problems=tuple(execution.problems(root, plugins or [])),
+        input_problems=tuple(problems),
+    )
+    return Gathered(facts=facts, plan=plan)
