@@ -1,18 +1,640 @@
 """The code a research run executes: every loaded module and plugin accounted for.
 
-(Being built: see issue 10, item 3.)
+A research run's results are only as good as the code that produced them. The gate
+(``pytest_sessionstart``, before the run id is spent) refuses with condition
+``execution`` whenever :func:`problems` finds code that is neither
+
+* a committed file of the approved checkout (tracked, and byte-equal to the index,
+  which the gate's clean-tree condition ties to HEAD),
+* a file of the running interpreter's standard library, nor
+* a file listed in the RECORD of a distribution installed in a site-packages folder
+  (``.py`` files hashed against RECORD's SHA-256, compiled files by membership),
+  or a committed file of the git checkout an installed distribution is *editable* from
+  (``pip install -e``): then the checkout's commit and every loaded file that differs
+  from it are recorded by :func:`record`.
+
+Beyond loaded modules it checks what Python or pytest would load without a module of
+that name being asked for:
+
+* ``.pth`` files in the site-packages folders (run at every interpreter start): each
+  must be a file of an installed distribution, with RECORD's hash;
+* untracked or git-ignored files in the checkout's Python folders (every folder holding
+  a committed Python file, the folders above it, and ``sys.path`` entries inside the
+  checkout): Python files (``.py``, ``.pyc``, extension modules, ``.pth``) are refused;
+  bytecode caches (``__pycache__``, or the ``PYTHONPYCACHEPREFIX`` mirror) are allowed
+  only when each file this interpreter or the loaded pytest would load is a genuine
+  compilation of the source beside it; package metadata (``*.egg-info``,
+  ``*.dist-info``) is allowed only when it cannot change what runs (see
+  :func:`_metadata_problems`). Data folders (``runs/``, caches, ``.venv/``) hold no
+  committed Python and are not Python folders, so they are never walked; an ignored
+  sub-folder of a Python folder is walked when it is a package or holds a
+  ``conftest.py``.
+
+What it cannot see: code loaded later in the run by a path nobody imports by name
+(``ctypes``, ``torch.ops.load_library``), a ``conftest.py`` that pytest only meets during
+collection (call :func:`problems` again after collection to cover those), and edits to
+the interpreter's own standard library.
 """
 
 from __future__ import annotations
 
+import base64
+import csv
+import hashlib
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import json
+import marshal
+import os
+import site
+import subprocess
+import sys
+import sysconfig
+import types
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+PYC_SUFFIXES = (".pyc", ".pyo")
+# Every file name ending Python imports or the site module runs.
+LOADABLE_SUFFIXES = tuple(
+    sorted(set(importlib.machinery.all_suffixes()) | {".pyw", ".pth", *PYC_SUFFIXES})
+)
+METADATA_SUFFIXES = (".egg-info", ".dist-info")
+RECORDED_VARIABLES = ("PYTEST_ADDOPTS", "PYTHONPATH", "PYTEST_PLUGINS")
+CUSTOMIZE_MODULES = ("sitecustomize", "usercustomize")
+# Marks a folder as reached by Python (a package) or by pytest (a conftest) on its own.
+FOLDER_MARKERS = ("__init__.py", "conftest.py")
+
+
+# -- facts about the environment ------------------------------------------------------------
+
+
+def _real(path: str | os.PathLike) -> str:
+    return os.path.realpath(os.fspath(path))
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _git_blob(path: str) -> str:
+    data = Path(path).read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def site_dirs() -> list[str]:
+    """The folders the ``site`` module processes (``.pth`` files) and pip installs into."""
+    dirs = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    if site.ENABLE_USER_SITE and site.getusersitepackages():
+        dirs.append(site.getusersitepackages())
+    return sorted({_real(d) for d in dirs if os.path.isdir(d)})
+
+
+def stdlib_dirs() -> list[str]:
+    """The running interpreter's standard library folders (``site-packages`` excluded)."""
+    base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
+    base |= {"installed_base": sys.base_prefix, "installed_platbase": sys.base_exec_prefix}
+    paths = sysconfig.get_paths(vars=base)
+    dirs = {paths["stdlib"], paths["platstdlib"], os.path.dirname(os.__file__)}
+    return sorted({_real(d) for d in dirs if os.path.isdir(d)})
+
+
+def _in_stdlib(path: str, stdlib: list[str]) -> bool:
+    parts = set(Path(path).parts)
+    if parts & {"site-packages", "dist-packages"}:
+        return False
+    return any(_under(path, d) for d in stdlib)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    distribution: str
+    version: str
+    hash: str  # "sha256=<urlsafe b64>" or ""
+
+
+@dataclass
+class Installed:
+    """The distributions installed in the site-packages folders, by the files they record."""
+
+    files: dict[str, Recorded] = field(default_factory=dict)
+    editable: dict[str, tuple[str, str]] = field(default_factory=dict)  # dist -> (version, dir)
+
+    @classmethod
+    def scan(cls, dirs: list[str] | None = None) -> Installed:
+        found = cls()
+        for dist in importlib.metadata.distributions(
+            path=dirs if dirs is not None else site_dirs()
+        ):
+            name = dist.metadata["Name"] or "?"
+            version = dist.version
+            base = _real(dist.locate_file(""))
+            record = dist.read_text("RECORD")
+            for row in csv.reader((record or "").splitlines()):
+                if row:
+                    path = os.path.normpath(os.path.join(base, row[0]))
+                    found.files[path] = Recorded(name, version, row[1] if len(row) > 1 else "")
+            direct = dist.read_text("direct_url.json")
+            if direct:
+                try:
+                    info = json.loads(direct)
+                except ValueError:
+                    continue
+                if info.get("dir_info", {}).get("editable") and info.get("url", "").startswith(
+                    "file:"
+                ):
+                    found.editable[name] = (version, _real(unquote(urlparse(info["url"]).path)))
+        return found
+
+    def check(self, path: str) -> str | None:
+        """Why ``path`` is not an unchanged file of an installed distribution, or None."""
+        recorded = self.files.get(path)
+        if recorded is None:
+            return (
+                "is not listed in the RECORD of any installed distribution: remove it, or "
+                "install the package that should provide it"
+            )
+        if path.endswith((".py", ".pth")) and recorded.hash.startswith("sha256="):
+            want = recorded.hash[len("sha256=") :]
+            digest = hashlib.sha256(Path(path).read_bytes()).digest()
+            have = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+            if have != want:
+                return (
+                    f"differs from the RECORD of {recorded.distribution} {recorded.version}: "
+                    "reinstall that distribution"
+                )
+        return None
+
+
+@dataclass
+class Checkout:
+    """A git work tree whose committed files may run."""
+
+    top: str  # real path
+    blobs: dict[str, str]  # relative posix path -> blob id in the index
+    others: list[str]  # untracked or ignored entries, folders ending in "/"
+    ignored: list[str]  # ignored entries only
+    strict: bool  # the approved checkout (True) or an editable install's (False)
+
+    @classmethod
+    def read(cls, folder: str | os.PathLike, *, strict: bool) -> Checkout | None:
+        def git(*args: str) -> str | None:
+            done = subprocess.run(
+                ["git", "-C", os.fspath(folder), *args], capture_output=True, check=False
+            )
+            return done.stdout.decode("utf-8", "surrogateescape") if done.returncode == 0 else None
+
+        top = git("rev-parse", "--show-toplevel")
+        if top is None:
+            return None
+        blobs = {}
+        for entry in (git("ls-files", "-z", "-s") or "").split("\0"):
+            if "\t" in entry:
+                meta, path = entry.split("\t", 1)
+                blobs[path] = meta.split()[1]
+        others = [p for p in (git("ls-files", "-z", "--others", "--directory") or "").split("\0")]
+        ignored = git(
+            "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"
+        )
+        return cls(
+            top=_real(top.strip()),
+            blobs=blobs,
+            others=[p for p in others if p],
+            ignored=[p for p in (ignored or "").split("\0") if p],
+            strict=strict,
+        )
+
+    def relative(self, path: str) -> str | None:
+        return Path(os.path.relpath(path, self.top)).as_posix() if _under(path, self.top) else None
+
+    def is_ignored(self, rel: str) -> bool:
+        return any(
+            rel == e.rstrip("/") or (e.endswith("/") and rel.startswith(e)) for e in self.ignored
+        )
+
+    def check(self, path: str) -> str | None:
+        """Why ``path`` (inside this checkout) may not run, or None."""
+        rel = self.relative(path)
+        if rel in self.blobs:
+            if self.strict and _git_blob(path) != self.blobs[rel]:
+                return "differs from the committed file: commit it or restore it"
+            return None
+        if self.strict or self.is_ignored(rel):
+            what = "git-ignored" if self.is_ignored(rel) else "untracked"
+            return f"is a {what} file, not a committed file of {self.top}: delete it or commit it"
+        return None
+
+    def changed(self, paths: set[str]) -> list[dict]:
+        """Loaded files of this checkout that differ from the index: name them and their hash."""
+        out = []
+        for path in sorted(paths):
+            rel = self.relative(path)
+            if rel is not None and (rel not in self.blobs or _git_blob(path) != self.blobs[rel]):
+                out.append({"file": rel, "sha256": _sha256(path)})
+        return out
+
+    def head(self) -> str | None:
+        done = subprocess.run(
+            ["git", "-C", self.top, "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return done.stdout.strip() if done.returncode == 0 else None
+
+
+# -- loaded code ----------------------------------------------------------------------------
+
+
+def _module_file(module: object) -> str | None:
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str) or not path:
+        return None
+    path = _real(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)  # a module inside a zip archive: the archive
+    return path if os.path.isfile(path) else None  # None: a made-up name (torch.ops)
+
+
+def loaded_files(plugins: list[tuple[str, object]]) -> dict[str, list[str]]:
+    """Each file of a loaded module or pytest plugin, with the names it was loaded as."""
+    files: dict[str, list[str]] = {}
+    for name, module in list(sys.modules.items()):
+        path = _module_file(module)
+        if path is not None:
+            files.setdefault(path, []).append(name)
+    for name, plugin in plugins:
+        if plugin is None:
+            continue
+        module = plugin if isinstance(plugin, types.ModuleType) else None
+        if module is None:
+            module = sys.modules.get(getattr(type(plugin), "__module__", ""), None)
+        path = _module_file(module) if module is not None else None
+        if path is not None:
+            files.setdefault(path, []).append(f"pytest plugin {name}")
+    return files
+
+
+@dataclass
+class Environment:
+    root: Checkout | None
+    checkouts: list[Checkout]  # the root's first, then editable installs' checkouts
+    installed: Installed
+    sites: list[str]
+    stdlib: list[str]
+    editable_dirs: dict[str, tuple[str, str]]  # dist -> (version, dir)
+
+    @classmethod
+    def read(cls, root: Path) -> Environment:
+        sites = site_dirs()
+        installed = Installed.scan(sites)
+        top = Checkout.read(root, strict=True)
+        checkouts = [top] if top is not None else []
+        for _dist, (_version, folder) in sorted(installed.editable.items()):
+            if any(_under(folder, c.top) for c in checkouts) or not os.path.isdir(folder):
+                continue
+            other = Checkout.read(folder, strict=False)
+            if other is not None and all(other.top != c.top for c in checkouts):
+                checkouts.append(other)
+        return cls(top, checkouts, installed, sites, stdlib_dirs(), installed.editable)
+
+    def account(self, path: str) -> str | None:
+        """Why the code in ``path`` is not accounted for, or None when it is."""
+        if any(_under(path, d) for d in self.sites):
+            return self.installed.check(path)
+        for checkout in self.checkouts:
+            if _under(path, checkout.top):
+                return checkout.check(path)
+        if _in_stdlib(path, self.stdlib):
+            return None
+        for dist, (_version, folder) in self.editable_dirs.items():
+            if _under(path, folder):
+                return (
+                    f"comes from the editable install of {dist} in {folder}, which is not a git "
+                    "checkout: install it normally (pip install) or make it a git checkout"
+                )
+        return (
+            "lies outside the approved checkout, the standard library and every installed "
+            "distribution: run from the approved checkout with only installed packages (unset "
+            "PYTHONPATH, PYTEST_ADDOPTS and PYTEST_PLUGINS; no -p or --confcutdir naming outside "
+            "code; no sitecustomize or usercustomize outside the standard library)"
+        )
+
+
+def _show(path: str, env: Environment) -> str:
+    rel = env.root.relative(path) if env.root is not None else None
+    return rel if rel is not None else path
+
+
+def _module_problems(env: Environment, files: dict[str, list[str]]) -> list[str]:
+    found = []
+    for path, names in sorted(files.items()):
+        why = env.account(path)
+        if why is not None:
+            found.append(
+                f"loaded code {', '.join(sorted(set(names)))} from {_show(path, env)} {why}"
+            )
+    return found
+
+
+def _pth_problems(env: Environment) -> list[str]:
+    found = []
+    for folder in env.sites:
+        for entry in sorted(os.listdir(folder)):
+            if entry.endswith(".pth"):
+                path = os.path.join(folder, entry)
+                why = env.installed.check(_real(path))
+                if why is not None:
+                    found.append(
+                        f".pth file {path} (run at every interpreter start) {why}; remove it or "
+                        "reinstall the distribution that owns it"
+                    )
+    return found
+
+
+# -- ignored files in the checkout's Python folders -----------------------------------------
+
+
+def _python_folders(checkout: Checkout) -> set[str]:
+    """Relative folders ("" is the top) where Python or pytest look for code."""
+    folders = {""}
+    for rel in checkout.blobs:
+        if rel.endswith(".py"):
+            parent = os.path.dirname(rel)
+            while parent not in folders:
+                folders.add(parent)
+                parent = os.path.dirname(parent)
+    for entry in sys.path:
+        rel = checkout.relative(_real(entry or os.getcwd()))
+        if rel is not None and os.path.isdir(os.path.join(checkout.top, rel)):
+            folders.add("" if rel == "." else rel)
+    return folders
+
+
+def _pytest_rewriter(plugins: list[tuple[str, object]]):
+    """(pyc tail, rewrite(source path) -> code) of the loaded pytest, or None."""
+    rewrite = sys.modules.get("_pytest.assertion.rewrite")
+    if rewrite is None:
+        return None
+    config = dict(plugins).get("pytestconfig")
+
+    def code(source: Path) -> types.CodeType:
+        return rewrite._rewrite_test(source, config)[1]
+
+    return rewrite.PYC_TAIL, code
+
+
+def _pyc_problem(pyc: str, source: str, optimize: int, rewrite) -> str | None:
+    """Why the bytecode in ``pyc`` would run instead of ``source``'s code, or None.
+
+    A pyc whose header does not match its source is never loaded (Python recompiles), so
+    only a pyc that would be loaded is compared, code object with code object.
+    """
+    data = Path(pyc).read_bytes()
+    if len(data) < 16 or data[:4] != importlib.util.MAGIC_NUMBER:
+        return None
+    source_bytes = Path(source).read_bytes()
+    flags = int.from_bytes(data[4:8], "little")
+    if rewrite is not None:  # pytest's checked-hash pyc of a rewritten test module
+        if flags != 3 or data[8:16] != importlib.util.source_hash(source_bytes):
+            return None
+    elif flags & 1:  # hash-based (PEP 552)
+        check = flags & 2 and sys.flags.check_hash_based_pycs != "never"
+        if check and data[8:16] != importlib.util.source_hash(source_bytes):
+            return None
+    else:
+        stat = os.stat(source)
+        mtime = int.from_bytes(data[8:12], "little")
+        size = int.from_bytes(data[12:16], "little")
+        if mtime != int(stat.st_mtime) & 0xFFFFFFFF or size != stat.st_size & 0xFFFFFFFF:
+            return None
+    try:
+        code = marshal.loads(data[16:])
+    except (ValueError, EOFError, TypeError):
+        return "is not readable bytecode"
+    try:
+        if rewrite is not None:
+            want = rewrite(Path(source))
+        else:
+            want = compile(source_bytes, source, "exec", dont_inherit=True, optimize=optimize)
+    except (SyntaxError, ValueError):
+        return "has no compilable source beside it"
+    if code != want:
+        return f"is not a compilation of {os.path.basename(source)}"
+    return None
+
+
+def _cache_problems(
+    cache: str, source_dir: str, tail: str | None, rewrite, shown: str
+) -> list[str]:
+    """Bytecode in ``cache`` (a ``__pycache__`` or its prefix mirror) for ``source_dir``."""
+    found = []
+    tag = sys.implementation.cache_tag
+    for entry in sorted(os.listdir(cache)):
+        path = os.path.join(cache, entry)
+        if not os.path.isfile(path):
+            continue
+        stem, opt, rewriter = None, 0, None
+        if tail is not None and entry.endswith(tail):
+            stem, rewriter = entry[: -len(tail)], rewrite
+        elif entry.endswith(PYC_SUFFIXES) and f".{tag}" in entry:
+            stem, rest = entry.split(f".{tag}", 1)
+            level = rest[: -len(".pyc")]
+            if level not in ("", ".opt-1", ".opt-2"):
+                stem = None  # e.g. another pytest's rewrite: this process never loads it
+            opt = int(level[-1]) if level else 0
+        if stem is None:
+            continue  # another interpreter's bytecode: this interpreter never loads it
+        source = os.path.join(source_dir, stem + ".py")
+        if not os.path.isfile(source):
+            continue  # a cached pyc without its source is never loaded
+        why = _pyc_problem(path, source, opt, rewriter)
+        if why is not None:
+            found.append(
+                f"bytecode {shown}/{entry} {why}: Python would run it instead of the committed "
+                f"source; delete {shown}"
+            )
+    return found
+
+
+def _entry_point_module(value: str) -> str:
+    return value.split(":", 1)[0].strip()
+
+
+def _metadata_problems(checkout: Checkout, rel: str) -> list[str]:
+    """Package metadata inside the checkout (for example ``lib/prereg.egg-info``).
+
+    ``pip install -e .`` writes ``<name>.egg-info`` beside the package; importlib.metadata
+    finds it on ``sys.path``. Its ``PKG-INFO``, ``SOURCES.txt``, ``requires.txt``,
+    ``top_level.txt`` and ``dependency_links.txt`` change nothing that runs, and RECORD files
+    inside the checkout vouch for nothing here (only site-packages metadata does). What
+    could change code is an entry point: so every entry point must name a committed module
+    of the checkout, none may be a pytest plugin (``pytest11``, autoloaded), and a
+    ``prereg.stage_kinds`` entry may not redirect a built-in kind (which
+    :func:`prereg.stages.load_kind` never reads from metadata anyway).
+    """
+    from prereg.stages import BUILT_IN_KINDS, ENTRY_POINT_GROUP
+
+    folder = os.path.join(checkout.top, rel)
+    found = []
+    modules = {
+        p[: -len("/__init__.py")] if p.endswith("/__init__.py") else p[: -len(".py")]
+        for p in checkout.blobs
+        if p.endswith(".py")
+    }
+    try:
+        points = importlib.metadata.PathDistribution(Path(folder)).entry_points
+    except Exception as error:  # noqa: BLE001 - a malformed file: any parse error refuses
+        return [f"package metadata {rel}: entry points unreadable ({error}); delete {rel}"]
+    for point in points:
+        where = f"package metadata {rel} (not committed) declares entry point [{point.group}] {point.name} = {point.value}"
+        module = _entry_point_module(point.value)
+        if point.group == "pytest11":
+            found.append(f"{where}: a pytest plugin loaded at every start; delete {rel}")
+        elif point.group == ENTRY_POINT_GROUP and point.name in BUILT_IN_KINDS:
+            if point.value.replace(" ", "") != BUILT_IN_KINDS[point.name]:
+                found.append(
+                    f"{where}: it redirects the built-in stage kind to other code; delete {rel} "
+                    "and reinstall (pip install -e .)"
+                )
+        elif not any(
+            m == module.replace(".", "/") or m.endswith("/" + module.replace(".", "/"))
+            for m in modules
+        ):
+            found.append(f"{where}: {module} is not a committed module; delete {rel}")
+    return found
+
+
+def _ignored_problems(checkout: Checkout, plugins: list[tuple[str, object]]) -> list[str]:
+    folders = _python_folders(checkout)
+    rewriter = _pytest_rewriter(plugins)
+    tail, rewrite = rewriter if rewriter is not None else (None, None)
+    found: list[str] = []
+
+    def show(rel: str) -> str:
+        return rel if checkout.strict else os.path.join(checkout.top, rel)
+
+    def visit(rel: str, is_dir: bool, inside_package: bool) -> None:
+        name = os.path.basename(rel)
+        parent = os.path.dirname(rel)
+        if not inside_package and parent not in folders:
+            return
+        path = os.path.join(checkout.top, rel)
+        if not is_dir:
+            if name.endswith(LOADABLE_SUFFIXES):
+                found.append(
+                    f"Python file {show(rel)} is not committed (untracked or git-ignored) but lies "
+                    "where Python or pytest would load it; delete it or commit it"
+                )
+            return
+        if name == "__pycache__":
+            if not sys.pycache_prefix:
+                found.extend(_cache_problems(path, os.path.dirname(path), tail, rewrite, show(rel)))
+            return
+        if name.endswith(METADATA_SUFFIXES):
+            found.extend(_metadata_problems(checkout, rel))
+            return
+        if any(os.path.isfile(os.path.join(path, m)) for m in FOLDER_MARKERS):
+            for entry in sorted(os.listdir(path)):
+                child = os.path.join(rel, entry)
+                visit(child, os.path.isdir(os.path.join(checkout.top, child)), True)
+
+    # An editable install's checkout may hold work in progress (untracked files are recorded
+    # when loaded); only its git-ignored files are hidden from git and refused.
+    for entry in checkout.others if checkout.strict else checkout.ignored:
+        visit(entry.rstrip("/"), entry.endswith("/"), False)
+    if sys.pycache_prefix:  # bytecode lives in a mirror of the source folders
+        for rel in sorted(folders):
+            source_dir = os.path.join(checkout.top, rel)
+            mirror = os.path.join(sys.pycache_prefix, source_dir.lstrip(os.sep))
+            if os.path.isdir(mirror):
+                found.extend(_cache_problems(mirror, source_dir, tail, rewrite, mirror))
+    return found
+
+
+# -- the two entry points -------------------------------------------------------------------
 
 
 def problems(root: Path, plugins: list[tuple[str, object]]) -> list[str]:
-    """Each way this process's code escapes the approved checkout and recorded packages."""
-    return []
+    """Each way this process's code escapes the approved checkout and recorded packages.
+
+    ``plugins`` is ``config.pluginmanager.list_name_plugin()``. Each string names the file
+    and says what to do.
+    """
+    env = Environment.read(Path(root))
+    if env.root is None:
+        return [f"{root} is not a git checkout: nothing approves the code that would run"]
+    found = _module_problems(env, loaded_files(plugins))
+    found += _pth_problems(env)
+    for checkout in env.checkouts:
+        found += _ignored_problems(checkout, plugins)
+    return found
+
+
+def _file_record(path: str | None, env: Environment) -> dict | None:
+    if path is None:
+        return None
+    return {"file": _show(path, env), "sha256": _sha256(path)}
 
 
 def record(root: Path, plugins: list[tuple[str, object]]) -> dict:
-    """What the manifest records of the execution environment."""
-    return {}
+    """What the manifest records of the execution environment.
+
+    The variables that change what pytest loads, every loaded pytest plugin (module, file,
+    SHA-256), ``sitecustomize``/``usercustomize`` when loaded, and each editable install
+    outside the checkout: its git commit and the loaded files that differ from it.
+    """
+    env = Environment.read(Path(root))
+    plugin_records = []
+    for name, plugin in plugins:
+        if plugin is None:
+            continue
+        module = plugin if isinstance(plugin, types.ModuleType) else None
+        module_name = (
+            module.__name__ if module is not None else getattr(type(plugin), "__module__", None)
+        )
+        if module is None:
+            module = sys.modules.get(module_name or "")
+        path = _module_file(module) if module is not None else None
+        plugin_records.append(
+            {
+                "name": str(name),
+                "module": module_name,
+                **(_file_record(path, env) or {"file": None, "sha256": None}),
+            }
+        )
+    loaded = set(loaded_files(plugins))
+    editable = []
+    for checkout in env.checkouts[1:]:
+        dists = sorted(
+            (d, v) for d, (v, folder) in env.editable_dirs.items() if _under(folder, checkout.top)
+        )
+        editable.append(
+            {
+                "distributions": [f"{d}-{v}" for d, v in dists],
+                "checkout": checkout.top,
+                "commit": checkout.head(),
+                "changed": checkout.changed({p for p in loaded if _under(p, checkout.top)}),
+            }
+        )
+    return {
+        **{name: os.environ.get(name) for name in RECORDED_VARIABLES},
+        "plugins": sorted(plugin_records, key=lambda p: p["name"]),
+        **{
+            name: _file_record(_module_file(sys.modules[name]), env)
+            if name in sys.modules
+            else None
+            for name in CUSTOMIZE_MODULES
+        },
+        "editable": editable,
+    }

@@ -2,14 +2,23 @@
 
 A stage's plan entry names a kind. A kind validates the stage's parameters, may
 check the inputs an approval binds, writes the complete-stage summary on the
-controller once every item passed, and replays the stage for the auditor. Kinds are
-found by name in the entry-point group ``prereg.stage_kinds`` (``pyproject.toml``), so a
-user's own package can add one; :func:`register_kind` adds one in-process (tests).
+controller once every item passed, and replays the stage for the auditor.
+
+The project's own kinds are listed in :data:`BUILT_IN_KINDS`, tracked code and the one
+home of that mapping: :func:`load_kind` resolves them there first, so no package metadata
+(an ignored ``lib/prereg.egg-info`` included) can point them at other code. A user's own
+package adds other kinds under the entry-point group ``prereg.stage_kinds``; those are
+read only from distributions installed in site-packages whose module is a file listed,
+with a matching hash, in the distribution's RECORD (a recorded package version; an
+editable install does not qualify). :func:`register_kind` adds one in-process (tests).
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -71,7 +80,18 @@ class StageKind:
 
 PLAIN = StageKind(name="plain", doc="items only: no summary, audit by hashes alone")
 
+# The project's own kinds: name -> "module:attribute" (tracked code, imported on first use).
+BUILT_IN_KINDS: dict[str, str] = {
+    "rp002a.calibration": "prereg.rp002a.calibration_stage:KIND",
+    "rp002a.target-variance": "prereg.rp002a.variance_stage:KIND",
+    "rp002a.confirmatory-config": "prereg.rp002a.config_stage:KIND",
+    "rp002a.confirmatory": "prereg.rp002a.confirmatory_stage:KIND",
+    "e04.robustness": "prereg.e04.stage:KIND",
+}
+
 _registered: dict[str, StageKind] = {PLAIN.name: PLAIN}
+# Where each kind loaded from an installed distribution came from (see kind_origin).
+_origins: dict[str, dict] = {}
 
 
 class UnknownStageKind(LookupError):
@@ -79,19 +99,87 @@ class UnknownStageKind(LookupError):
 
 
 def register_kind(kind: StageKind) -> None:
+    if kind.name in BUILT_IN_KINDS or kind.name == PLAIN.name:
+        raise ValueError(f"stage kind {kind.name!r} is built in; register another name")
     _registered[kind.name] = kind
 
 
+def _built_in(name: str) -> StageKind:
+    module, attribute = BUILT_IN_KINDS[name].split(":")
+    kind = getattr(importlib.import_module(module), attribute)
+    if not isinstance(kind, StageKind) or kind.name != name:
+        raise UnknownStageKind(
+            f"built-in stage kind {name!r}: {BUILT_IN_KINDS[name]} is not StageKind {name!r}"
+        )
+    return kind
+
+
+def _installed_point(name: str):
+    """(entry point, distribution, module file) for ``name`` from site-packages, or a reason."""
+    from prereg.execution import Installed, site_dirs
+
+    sites = site_dirs()
+    reasons = []
+    for dist in importlib.metadata.distributions(path=sites):
+        for point in dist.entry_points:
+            if point.group != ENTRY_POINT_GROUP or point.name != name:
+                continue
+            label = f"{dist.metadata['Name']} {dist.version}"
+            module = point.value.split(":", 1)[0].strip()
+            installed = Installed.scan([str(Path(dist.locate_file("")))])
+            tail = module.replace(".", os.sep)
+            candidates = [
+                path
+                for path in installed.files
+                if path.endswith((os.sep + tail + ".py", os.sep + tail + os.sep + "__init__.py"))
+                and installed.files[path].distribution == dist.metadata["Name"]
+            ]
+            if not candidates:
+                reasons.append(
+                    f"{label} declares it as {point.value}, but its RECORD does not list module "
+                    f"{module} (an editable install? install the package normally)"
+                )
+                continue
+            why = installed.check(candidates[0])
+            if why is not None:
+                reasons.append(f"{label}: {candidates[0]} {why}")
+                continue
+            return point, label, candidates[0]
+    return reasons
+
+
 def load_kind(name: str) -> StageKind:
+    if name in BUILT_IN_KINDS:
+        return _registered.setdefault(name, _built_in(name))
     if name in _registered:
         return _registered[name]
-    points = {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
-    if name not in points:
-        known = sorted(set(_registered) | set(points))
+    found = _installed_point(name)
+    if isinstance(found, list):
+        known = sorted(set(_registered) | set(BUILT_IN_KINDS))
+        why = f" ({'; '.join(found)})" if found else ""
         raise UnknownStageKind(
-            f"stage kind {name!r} is not registered; known kinds: {known} "
-            f"(a package adds one under the entry-point group {ENTRY_POINT_GROUP!r})"
+            f"stage kind {name!r} is not built in nor installed{why}; known kinds: {known} "
+            f"(a package installed in site-packages adds one under the entry-point group "
+            f"{ENTRY_POINT_GROUP!r})"
         )
-    kind = points[name].load()
+    point, label, path = found
+    kind = point.load()
+    module = sys.modules.get(point.value.split(":", 1)[0].strip())
+    loaded = os.path.realpath(getattr(module, "__file__", "") or "")
+    if loaded != path or not isinstance(kind, StageKind) or kind.name != name:
+        raise UnknownStageKind(
+            f"stage kind {name!r} from {label}: {point.value} loaded from {loaded}, not the "
+            f"recorded {path}, or is not StageKind {name!r}"
+        )
     _registered[name] = kind
+    _origins[name] = {"distribution": label, "entry_point": point.value, "file": path}
     return kind
+
+
+def kind_origin(name: str) -> dict:
+    """Where kind ``name`` comes from: built in, registered in-process, or a distribution."""
+    if name in BUILT_IN_KINDS:
+        return {"built_in": BUILT_IN_KINDS[name]}
+    if name == PLAIN.name:
+        return {"built_in": f"{__name__}:PLAIN"}
+    return _origins.get(name, {"registered": True})
