@@ -43,9 +43,15 @@ class ScratchProject:
             {"description": "immutable", "files": {"plans/CONFIG_PROPOSAL.json": digest}}
         ))  # fmt: skip
 
-    def run(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
-        """Run a command in the project; ``check`` raises with its output if it fails."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    def run(
+        self, *args: str, check: bool = False, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
+        """Run a command in the project; ``check`` raises with its output if it fails.
+
+        The outer ``PYTEST_*`` and ``COV_*`` variables are dropped; ``env`` then sets
+        variables of its own (for example ``PYTEST_ADDOPTS`` or ``PYTHONPATH``)."""
+        outer = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+        env = {**outer, **(env or {})}
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         done = subprocess.run(
             list(args), cwd=self.root, env=env, capture_output=True, text=True, check=False
@@ -82,8 +88,8 @@ class ScratchProject:
             self.commit(f"Approve {run_id}")
         return done
 
-    def pytest(self, *args: str) -> subprocess.CompletedProcess:
-        return self.run(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args)
+    def pytest(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return self.run(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, env=env)
 
     def audit(self, run_id: str, *extra: str) -> subprocess.CompletedProcess:
         return self.prereg("audit", f"runs/{run_id}", *extra)
