@@ -61,7 +61,7 @@ class Settings:
     seed_namespace: str | None = None
     deadline: float | None = None
     gate_passed: bool = False
-    inputs: dict | None = None  # name -> path, from the approval
+    inputs: dict | None = None  # name -> bound input (path, kind, sha256 or commit), from the approval
     required_runs: dict | None = None  # stage -> run id, from the approval
 
     @property
@@ -128,11 +128,27 @@ def stage_plan(config: pytest.Config) -> Plan:
 
 
 def stage_inputs(config: pytest.Config) -> dict[str, Path]:
-    """The inputs this research run's approval binds, by name (``prereg approve --input``)."""
+    """The inputs this research run's approval binds, by name (``prereg approve --input``),
+    each re-hashed against the approval now: an input edited after the gate is refused."""
     settings = config.stash[SETTINGS]
     if not settings.research:
         raise RuntimeError("stage_inputs() is only available in a research run")
-    return {name: Path(path) for name, path in (settings.inputs or {}).items()}
+    return _verified_inputs(settings)
+
+
+class InputChanged(RuntimeError):
+    """A bound input no longer matches the approval (edited after the gate passed)."""
+
+
+def _verified_inputs(settings: Settings) -> dict[str, Path]:
+    bound = settings.inputs or {}
+    problems = approvals.input_problems(bound)
+    if problems:
+        raise InputChanged(
+            "; ".join(problems) + f"; the run {settings.run_id} cannot use it: restore the "
+            "approved input (the run ends incomplete), or approve the new input under a new run id"
+        )
+    return {name: Path(entry["path"]) for name, entry in bound.items()}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -199,7 +215,7 @@ def _resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fal
         module=spec["module"],
         threads=threads,
         seed_namespace=spec.get("seed_namespace"),
-        inputs={name: bound["path"] for name, bound in record.data["inputs"].items()},
+        inputs=record.data["inputs"],
         required_runs={stage: bound["run_id"] for stage, bound in record.data["requires"].items()},
     )
 
@@ -241,8 +257,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _item_dir_name(item: pytest.Item) -> str:
-    name = item.nodeid.split("::", 1)[-1]
-    return re.sub(r"[^A-Za-z0-9._=+\[\]-]", "_", name)
+    return _output_dir_of(item.nodeid)
+
+
+def _output_dir_of(nodeid: str) -> str:
+    """The folder under ``runs/<run-id>/items/`` of the item ``nodeid``."""
+    return re.sub(r"[^A-Za-z0-9._=+\[\]-]", "_", nodeid.split("::", 1)[-1])
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -282,7 +302,7 @@ def research(request: pytest.FixtureRequest, _prereg_plan: dict) -> ItemContext:
         seed_namespace=settings.seed_namespace,
         deadline=settings.deadline,
         record=record,
-        inputs={k: Path(v) for k, v in (settings.inputs or {}).items()},
+        inputs=_verified_inputs(settings),
         required_runs={
             k: run_dir(Path(settings.root), v) for k, v in (settings.required_runs or {}).items()
         },
@@ -298,13 +318,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     record = item.stash.get(ITEM_RECORD, None)
     if record is not None and (report.when == "call" or (report.when == "setup" and report.failed)):
-        settings = item.config.stash[SETTINGS]
-        outputs = run_dir(Path(settings.root), settings.run_id) / ITEMS_DIR / record["output_dir"]
-        record["outputs"] = file_entries(outputs) if outputs.exists() else []
-        record["peak_rss_bytes"], record["peak_rss_scope"] = item.stash[PEAK].stop()
-        if call.excinfo is not None and call.excinfo.errisinstance(BudgetExceeded):
-            record["budget_exceeded"] = True
-        report.user_properties.append((PROPERTY, json.dumps(record, sort_keys=True)))
+        try:
+            settings = item.config.stash[SETTINGS]
+            base = run_dir(Path(settings.root), settings.run_id) / ITEMS_DIR
+            outputs = base / record["output_dir"]
+            record["outputs"] = file_entries(outputs) if outputs.exists() else []
+            peak = item.stash.get(PEAK, None)
+            if peak is not None:
+                record["peak_rss_bytes"], record["peak_rss_scope"] = peak.stop()
+            if call.excinfo is not None and call.excinfo.errisinstance(BudgetExceeded):
+                record["budget_exceeded"] = True
+        except Exception as err:  # noqa: BLE001 -- the report must still reach the controller
+            record["record_error"] = manifest.describe(err)
+        # NaN stays NaN here (allow_nan): the controller names it in the manifest's reasons.
+        report.user_properties.append((PROPERTY, json.dumps(record, sort_keys=True, default=str)))
     return report
 
 
@@ -426,7 +453,7 @@ class Controller:
         progress = progress_log(self.root, record.run_id)
         progress.parent.mkdir(parents=True, exist_ok=True)
         progress.touch()
-        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        self.saved_handlers = _install_signal_handlers()  # restored when the manifest is written
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         log = progress_log(self.root, self.settings.run_id).relative_to(self.root)
@@ -449,7 +476,7 @@ class Controller:
         if data:
             self.worker_data.append(data)
         if error:
-            self.interrupted = self.interrupted or f"worker {node.gateway.id} went down: {error}"
+            self._interruption(f"worker {node.gateway.id} went down: {error}")
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not hasattr(self.config, "workerinput") and not _distributed(self.config):
@@ -468,34 +495,130 @@ class Controller:
             entry.setdefault("tracebacks", {})[report.when] = report.longreprtext
         if report.when in ("teardown", "???"):  # "???": xdist's report for a crashed worker
             entry["outcome"] = _outcome(entry["phases"])
-            manifest.append_item(self.run_dir, entry)
+            problem = manifest.append_item(self.run_dir, entry)
+            if problem:
+                entry["log_error"] = problem  # a reason in the manifest; the run goes on
         spec = self.plan.stage(self.settings.stage)
         if spec["budget_enforced"] and time.time() > self.started + spec["budget_seconds"]:
             self.session.shouldstop = "the stage's wall-time budget is exhausted"
 
     def pytest_keyboard_interrupt(self, excinfo) -> None:
-        self.interrupted = f"interrupted ({excinfo.typename})"
+        message = str(excinfo.value) or "Ctrl-C or SIGINT"
+        self._interruption(f"interrupted ({excinfo.typename}: {message})")
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if not self.started:
-            return  # refused at the gate: nothing was started
-        elapsed = time.time() - self.started
+    def _interruption(self, cause: str) -> None:
+        """Keep every cause of an interruption, in order, once each."""
+        if not self.interrupted:
+            self.interrupted = cause
+        elif cause not in self.interrupted:
+            self.interrupted = f"{self.interrupted}; {cause}"
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int):
+        """Write the manifest after every other plugin's session end (xdist stopping its
+        workers, the junit report), even when one of them failed or a signal came."""
+        failure = None
+        try:
+            result = yield
+        except BaseException as err:  # noqa: BLE001 -- re-raised once the manifest is written
+            failure, result = err, None
+        if self.started:
+            self._finish(session, failure)
+        if failure is not None:
+            raise failure
+        return result
+
+    def _finish(self, session: pytest.Session, failure: BaseException | None) -> None:
+        """The final manifest, or a minimal ``incomplete`` one if it fails; then its git record."""
+        late: list[str] = []
+        during = _defer_signals(late)  # a second Ctrl-C or SIGTERM must not lose the manifest
+        try:
+            self._drain_xdist_events()
+            data, errors = manifest.write_final(
+                self.run_dir,
+                lambda: self._full_manifest(session, failure),
+                self._minimal_manifest,
+            )
+            self.finish_notes = list(errors)
+            self.status = json.loads(data)["status"] if data is not None else "without a manifest"
+            if data is not None:
+                try:
+                    ledger.record_manifest(self.root, self.settings.run_id, data)
+                except Exception as err:  # noqa: BLE001 -- the manifest file stays; the audit sees no ref
+                    self.finish_notes.append(
+                        f"the manifest's SHA-256 could not be recorded in git "
+                        f"({ledger.manifest_ref(self.settings.run_id)}): {manifest.describe(err)}"
+                    )
+            if self.status != manifest.COMPLETE and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            if data is None:
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        finally:
+            _restore_signals(during)
+            _restore_signals(getattr(self, "saved_handlers", {}))
+            self.finish_notes = getattr(self, "finish_notes", []) + late
+
+    def _drain_xdist_events(self) -> None:
+        """Pass on the item reports xdist received but did not hand on before an interruption.
+
+        Interrupted, the controller stops reading xdist's event queue, while xdist lets
+        workers run a few seconds more as it stops them: reports of items that finished
+        wait there. Each such item keeps its true outcome (not "not run") and is marked
+        ``reported_after_interruption`` (junit.xml, written before, lacks it).
+        """
+        import queue
+
+        events = getattr(self.config.pluginmanager.getplugin("dsession"), "queue", None)
+        while events is not None:
+            try:
+                name, kwargs = events.get_nowait()
+            except queue.Empty:
+                return
+            if name == "testreport":
+                self.pytest_runtest_logreport(kwargs["rep"])
+                self.entries[kwargs["rep"].nodeid]["reported_after_interruption"] = True
+            elif name in ("workerfinished", "errordown"):
+                self.pytest_testnodedown(kwargs["node"], kwargs.get("error"))
+
+    def _items(self) -> list[dict]:
+        """Every item of the stage with its outcome, and the hashes of every item folder."""
         items = []
         for nodeid in sorted(set(self.expected) | set(self.entries)):
             entry = self.entries.get(nodeid, {"nodeid": nodeid, "phases": {}})
             entry["outcome"] = _outcome(entry["phases"])
             items.append(entry)
+        items = manifest.hash_item_folders(self.run_dir, items, _output_dir_of)
+        for item in items:
+            if item["outcome"] == "not run" and "outputs" in item:
+                item["outcome"] = "interrupted"  # no report came, but its folder shows it started
+        return items
+
+    def _reasons(self, session: pytest.Session, items: list[dict], failure) -> list[str]:
         reasons = []
-        if self.interrupted or exitstatus == pytest.ExitCode.INTERRUPTED:
+        if self.interrupted or session.exitstatus == pytest.ExitCode.INTERRUPTED:
             reasons.append(self.interrupted or "interrupted")
         if isinstance(session.shouldstop, str):
             reasons.append(f"stopped: {session.shouldstop}")
+        if failure is not None:
+            reasons.append(f"a plugin failed as the session ended: {manifest.describe(failure)}")
         bad = [i["nodeid"] for i in items if i["outcome"] != "passed"]
         if bad:
             reasons.append(f"{len(bad)} item(s) did not pass: {', '.join(bad[:5])}")
+        for key, what in (("log_error", "not in items.jsonl"), ("record_error", "incomplete")):
+            hit = [i for i in items if i.get(key)]
+            if hit:
+                reasons.append(
+                    f"the record of {len(hit)} item(s) is {what}, first {hit[0]['nodeid']}: "
+                    f"{hit[0][key]}"
+                )
         if not items:
             reasons.append("the stage has no items")
+        return reasons
+
+    def _full_manifest(self, session: pytest.Session, failure) -> dict:
+        elapsed = time.time() - self.started
+        items = self._items()
+        reasons = self._reasons(session, items, failure)
         if not reasons and self.kind.summarise is not None:
             try:
                 self.kind.summarise(self.view(items))
@@ -513,7 +636,7 @@ class Controller:
             },
         )
         start = read_json(self.run_dir / START_RECORD, what="start record")
-        data = manifest.build_manifest(
+        return manifest.build_manifest(
             run_dir=self.run_dir,
             start=start,
             approval=self.approval.data,
@@ -527,10 +650,29 @@ class Controller:
             env=env,
             workers=self.workers,
         )
-        manifest.write_manifest(self.run_dir, data)
-        self.status = data["status"]
-        if reasons and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _minimal_manifest(self, error: str) -> dict:
+        """What the fallback manifest knows: the start record, the items, the error."""
+        try:
+            start = read_json(self.run_dir / START_RECORD, what="start record")
+        except Exception:  # noqa: BLE001 -- the fallback uses what the settings know
+            start = None
+        try:
+            items = self._items()
+        except Exception as err:  # noqa: BLE001 -- unhashed items, and the reason why
+            items = [dict(e, hash_error=manifest.describe(err)) for e in self.entries.values()]
+        return manifest.minimal_manifest(
+            run_dir=self.run_dir,
+            start=start,
+            stage=self.settings.stage,
+            run_id=self.settings.run_id,
+            plan_path=self.settings.plan_path,
+            items=items,
+            expected=self.expected,
+            reasons=[self.interrupted] if self.interrupted else [],
+            error=error,
+            ended_at=manifest.utc_now(),
+        )
 
     def view(self, items: list[dict]):
         from prereg.stages import RunView
@@ -548,6 +690,8 @@ class Controller:
             terminalreporter.write_sep(
                 "=", f"prereg: run {self.settings.run_id} {getattr(self, 'status', '?')}"
             )
+            for note in getattr(self, "finish_notes", []):
+                terminalreporter.write_line(f"WARNING: {note}", red=True, bold=True)
             terminalreporter.write_line(f"manifest: {self.run_dir / 'manifest.json'}")
             terminalreporter.write_line(
                 f"progress log: {progress_log(self.root, self.settings.run_id)}"
@@ -635,5 +779,46 @@ def _outcome(phases: dict[str, str]) -> str:
     return "passed" if phases.get("call") == "passed" and "teardown" in phases else "interrupted"
 
 
+# Signals that end a run from outside; each ends it as an interruption, manifest written.
+ENDING_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+def _install_signal_handlers() -> dict:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt naming themselves; returns what to restore."""
+    saved = {}
+    for name in ENDING_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is not None:
+            saved[number] = signal.signal(number, _raise_keyboard_interrupt)
+    return saved
+
+
 def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name} received (signal {signum})")
+
+
+def _defer_signals(late: list[str]) -> dict:
+    """While the manifest is written, SIGINT, SIGTERM and SIGHUP are noted, not obeyed."""
+
+    def note(signum, frame):
+        late.append(
+            f"{signal.Signals(signum).name} arrived while the manifest was written; noted, not obeyed"
+        )
+
+    saved = {}
+    for name in ("SIGINT", *ENDING_SIGNALS):
+        number = getattr(signal, name, None)
+        if number is not None:
+            try:
+                saved[number] = signal.signal(number, note)
+            except ValueError:  # not the main thread: nothing to defer
+                pass
+    return saved
+
+
+def _restore_signals(saved: dict) -> None:
+    for number, handler in saved.items():
+        try:
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+        except ValueError:
+            pass

@@ -1,0 +1,324 @@
+"""The gate attacked as a hurried researcher or a careless machine would: each attack of the
+review (issue 10) performed for real in a scratch repository, plus the conditions as pure
+functions of hand-made facts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from prereg import gate, ledger
+from prereg.runs import RunIdError, run_dir, valid_run_id
+from prereg.testing import make_toy_repo, stage_spec
+
+pytestmark = pytest.mark.software
+
+RUN = "toy-20261130-001"
+NEXT = "toy-20261130-002"
+USAGE_ERROR = 4
+
+
+@pytest.fixture
+def toy(tmp_path: Path):
+    return make_toy_repo(tmp_path / "toy")
+
+
+def refused(toy, done, condition: str, *phrases: str) -> None:
+    text = done.stdout + done.stderr
+    assert done.returncode == USAGE_ERROR, text
+    assert f"[{condition}]" in text, text
+    for phrase in phrases:
+        assert phrase in text, text
+    assert not ledger.is_spent(toy.root, RUN) or condition == "run-id-unused"
+
+
+# -- run ids never become paths outside runs/ ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["../../plans/evil-20261130-001", "/tmp/evil-20261130-001", "..", "toy-20261130-001/../../x"],
+)
+def test_a_run_id_that_is_a_path_writes_nothing_outside_runs(toy, bad):
+    toy.approve("toy", RUN)
+    before = sorted(p.relative_to(toy.root) for p in toy.root.rglob("*") if ".git" not in p.parts)
+    done = toy.pytest("--research-stage=toy", f"--run-id={bad}")
+    assert done.returncode == USAGE_ERROR, done.stdout + done.stderr
+    assert "does not have the form" in done.stdout + done.stderr
+    approve = toy.prereg("approve", "--stage", "toy", "--run-id", bad, "--accept-deviations")
+    assert approve.returncode == 2 and "does not have the form" in approve.stderr
+    after = sorted(p.relative_to(toy.root) for p in toy.root.rglob("*") if ".git" not in p.parts)
+    new = [p for p in after if p not in before]
+    assert all(p.parts[0] == "runs" for p in new), new
+    assert not Path("/tmp/evil-20261130-001").exists()
+
+
+@given(st.text(max_size=40))
+def test_run_dir_is_always_one_folder_below_runs(text):
+    root = Path("/repo")
+    if valid_run_id(text):
+        assert run_dir(root, text).parent == root / "runs"
+        assert "/" not in text and ".." not in text
+    else:
+        with pytest.raises(RunIdError):
+            run_dir(root, text)
+
+
+@given(
+    st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True),
+    st.from_regex(r"\d{8}", fullmatch=True),
+    st.from_regex(r"\d{3}", fullmatch=True),
+)
+def test_every_well_formed_run_id_is_valid(stage, date, seq):
+    assert valid_run_id(f"{stage}-{date}-{seq}")
+
+
+def test_a_record_whose_run_id_is_not_its_file_name_is_refused(toy):
+    toy.approve("toy", RUN)
+    record = json.loads((toy.root / "plans" / "approvals" / f"{RUN}.json").read_text())
+    record["run_id"] = "../../plans/evil"
+    (toy.root / "plans" / "approvals" / f"{RUN}.json").write_text(json.dumps(record))
+    toy.commit("a hand-edited record")
+    done = toy.pytest("--research-stage=toy", f"--run-id={RUN}")
+    assert done.returncode == USAGE_ERROR and "named after its run id" in done.stdout + done.stderr
+    assert not (toy.root / "plans" / "evil").exists()
+
+
+# -- the approval is the committed one -------------------------------------------------------
+
+
+def test_an_approval_that_was_never_committed_is_refused_even_when_git_ignores_it(toy):
+    (toy.root / ".git" / "info" / "exclude").write_text("plans/approvals/\n")
+    done = toy.prereg("approve", "--stage", "toy", "--run-id", RUN, "--accept-deviations")
+    assert done.returncode == 0, done.stderr
+    assert toy.git("status", "--porcelain") == "", "the ignored record leaves the tree clean"
+    refused(
+        toy, toy.pytest("--research-stage=toy", f"--run-id={RUN}"), "clean-source", "not committed"
+    )
+
+
+# -- one approval, one run; one attempt -------------------------------------------------------
+
+
+def test_moving_the_run_folder_away_does_not_buy_a_second_run(toy, tmp_path):
+    toy.approve("toy", RUN)
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    (toy.root / "runs" / RUN).rename(tmp_path / "moved")
+    again = toy.pytest("--research-stage=toy", f"--run-id={RUN}")
+    refused(toy, again, "run-id-unused", ledger.start_ref(RUN))
+    approve = toy.prereg("approve", "--stage", "toy", "--run-id", RUN, "--accept-deviations")
+    assert approve.returncode == 2
+
+
+def test_a_removed_single_attempt_approval_does_not_buy_a_second_attempt(tmp_path):
+    toy = make_toy_repo(tmp_path / "single", {"toy": stage_spec("toy", single_attempt=True)})
+    toy.approve("toy", RUN)
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    record = (toy.root / "plans" / "approvals" / f"{RUN}.json").read_text()
+    toy.git("rm", "-q", f"plans/approvals/{RUN}.json")
+    toy.commit("Forget the first attempt")
+    shutil_rmtree(toy.root / "runs" / RUN)
+    approve = toy.prereg("approve", "--stage", "toy", "--run-id", NEXT, "--accept-deviations")
+    assert approve.returncode == 2 and "[single-attempt]" in approve.stderr, approve.stderr
+    # A record written by hand for the second attempt is refused by the gate as well.
+    forged = json.loads(record)
+    forged["run_id"] = NEXT
+    forged["source_anchor"] = toy.git("rev-parse", "HEAD").strip()
+    (toy.root / "plans" / "approvals").mkdir(exist_ok=True)
+    (toy.root / "plans" / "approvals" / f"{NEXT}.json").write_text(json.dumps(forged))
+    toy.commit("A hand-made approval")
+    done = toy.pytest("--research-stage=toy", f"--run-id={NEXT}")
+    assert done.returncode == USAGE_ERROR and "[single-attempt]" in done.stdout + done.stderr
+    assert not ledger.is_spent(toy.root, NEXT)
+
+
+def shutil_rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path)
+
+
+def test_two_simultaneous_starts_give_one_run_and_one_recorded_refusal(toy):
+    toy.approve("toy", RUN)
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("PYTEST_")}
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--research-stage=toy"]
+    runs = [
+        subprocess.Popen(
+            command,
+            cwd=toy.root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [(p.wait(), p.communicate()[0]) for p in runs]
+    codes = sorted(code for code, _ in outputs)
+    assert codes == [0, USAGE_ERROR], outputs
+    assert toy.manifest(RUN)["status"] == "complete"
+    assert [r["run_id"] for r in toy.refusals()] == [RUN]
+    assert not any("FileExistsError" in out for _, out in outputs), outputs
+
+
+# -- the whole stage or nothing ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--ignore=experiments/test_toy.py"],
+        ["-o", "python_functions=nothing"],
+        ["--sw-skip"],
+        ["--deselect", "experiments/test_toy.py::test_cell[cell0]"],
+        ["--confcutdir=/"],
+    ],
+)
+def test_options_that_drop_items_are_refused_before_spending(toy, options):
+    toy.approve("toy", RUN)
+    cache = toy.root / ".pytest_cache" / "v" / "cache"  # a planted stepwise cache
+    cache.mkdir(parents=True)
+    (cache / "stepwise").write_text(json.dumps("experiments/test_toy.py::test_cell[cell2]"))
+    (toy.root / ".pytest_cache" / ".gitignore").write_text("*\n")
+    done = toy.run(sys.executable, "-m", "pytest", "--research-stage=toy", *options)
+    assert done.returncode == USAGE_ERROR, done.stdout + done.stderr
+    assert "runs whole" in done.stdout + done.stderr
+    assert not ledger.is_spent(toy.root, RUN) and not (toy.root / "runs" / RUN).exists()
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+def test_a_committed_plugin_that_drops_items_is_refused_before_spending(toy, workers):
+    (toy.root / "experiments" / "dropper.py").write_text(
+        "def pytest_collection_modifyitems(config, items):\n    del items[-1:]\n"
+    )
+    toy.commit("A plugin that drops the last item")
+    toy.approve("toy", RUN)
+    done = toy.run(
+        "env", "PYTHONPATH=.", sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+        "-p", "experiments.dropper", "--research-stage=toy", *workers,
+    )  # fmt: skip
+    refused(toy, done, "whole-stage", "missing (1)", "test_cell[cell3]")
+    assert not (toy.root / "runs" / RUN).exists()
+    assert toy.pytest("--research-stage=toy", *workers).returncode == 0, "the honest run passes"
+
+
+def test_a_bound_input_edited_after_the_gate_is_not_used(tmp_path):
+    toy = make_toy_repo(tmp_path / "inputs", {"toy": stage_spec("toy", inputs=["data"])})
+    data = tmp_path / "data.txt"
+    data.write_text("approved\n")
+    # A committed plugin edits the input once the gate has passed (at collection).
+    (toy.root / "experiments" / "editor.py").write_text(
+        f"def pytest_collection_finish(session):\n    open({str(data)!r}, 'w').write('edited')\n"
+    )
+    toy.commit("A plugin that edits the input after the gate")
+    toy.approve("toy", RUN, "--input", f"data={data}")
+    done = toy.run(
+        "env", "PYTHONPATH=.", sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+        "-p", "experiments.editor", "--research-stage=toy",
+    )  # fmt: skip
+    assert done.returncode != 0, done.stdout + done.stderr
+    manifest = toy.manifest(RUN)
+    assert manifest["status"] == "incomplete"
+    assert "changed since approval" in json.dumps(manifest["items"])
+
+
+# -- the conditions, as functions of facts -------------------------------------------------------
+
+
+def facts(**changes) -> gate.Facts:
+    record = {
+        "stage": "toy",
+        "run_id": RUN,
+        "plan": {"path": "plans/P.json", "sha256": "p" * 64, "plan_id": "p"},
+        "baseline": {"path": "plans/BASELINE.json", "sha256": "b" * 64},
+        "source_anchor": "a" * 40,
+        "seed_namespace": "toy-1.0",
+        "deviations": [{"field": "python", "pinned": "3.9.6", "actual": "3.11.7"}],
+        "requires": {},
+        "inputs": {},
+    }
+    base = {
+        "stage": "toy",
+        "record": record,
+        "record_rel": f"plans/approvals/{RUN}.json",
+        "record_bytes": b"{}",
+        "committed_record": b"{}",
+        "plan_sha256": "p" * 64,
+        "baseline_sha256": "b" * 64,
+        "head": "c" * 40,
+        "changed_since_anchor": (f"plans/approvals/{RUN}.json",),
+        "package_in_use": "/repo/lib/prereg",
+        "package_of_checkout": "/repo/lib/prereg",
+        "deviations_now": ({"field": "python", "pinned": "3.9.6", "actual": "3.11.7"},),
+    }
+    base.update(changes)
+    return gate.Facts(**base)
+
+
+def test_honest_facts_pass_every_condition():
+    assert gate.check(facts()) == []
+    assert gate.check(facts(), gate.APPROVE_CONDITIONS) == []
+
+
+@pytest.mark.parametrize(
+    "changes, condition, phrase",
+    [
+        ({"plan_sha256": "x" * 64}, "plan-hash", "binds"),
+        ({"plan_sha256": None}, "plan-hash", "does not exist"),
+        ({"plan_problem": "field x"}, "plan-hash", "field x"),
+        ({"baseline_sha256": "x" * 64}, "baseline", "BASELINE.json"),
+        ({"baseline_problems": ("plans/C.json is missing",)}, "baseline", "C.json"),
+        ({"dirty": ("notes.txt",)}, "clean-source", "notes.txt"),
+        ({"anchor_is_ancestor": False}, "clean-source", "not an ancestor"),
+        ({"changed_since_anchor": ("lib/x.py",)}, "clean-source", "lib/x.py"),
+        ({"package_in_use": "/elsewhere/prereg"}, "clean-source", "/elsewhere/prereg"),
+        ({"committed_record": None}, "clean-source", "not committed"),
+        ({"committed_record": b"[]"}, "clean-source", "differs from its committed blob"),
+        ({"stage": "other"}, "stage-and-run-id", "'other'"),
+        ({"run_id_asked": NEXT}, "stage-and-run-id", NEXT),
+        ({"spent_in_git": True}, "run-id-unused", ledger.start_ref(RUN)),
+        ({"spent_folder": True}, "run-id-unused", "start.json exists"),
+        ({"single_attempt": True, "attempt_used_by": NEXT}, "single-attempt", NEXT),
+        (
+            {"deviations_now": ({"field": "numpy", "pinned": "2.0.2", "actual": "2.4.6"},)},
+            "environment",
+            "numpy",
+        ),
+        ({"execution_problems": ("plugin evil from /tmp/evil.py",)}, "execution", "/tmp/evil.py"),
+        ({"input_problems": ("input data: /d changed since approval",)}, "inputs", "/d"),
+    ],
+)
+def test_each_condition_refuses_its_fact(changes, condition, phrase):
+    found = gate.check(facts(**changes))
+    assert [r.condition for r in found] == [condition], found
+    assert phrase in found[0].message
+
+
+def test_approval_conditions_refuse_a_second_approval_and_a_shared_namespace():
+    found = gate.check(
+        facts(
+            single_attempt=True,
+            other_approvals_of_stage=(NEXT,),
+            namespace_clash=("x-20261130-001",),
+        ),
+        gate.APPROVE_CONDITIONS,
+    )
+    assert [r.condition for r in found] == ["single-attempt", "seed-namespace"]
+
+
+@given(
+    st.lists(st.text(min_size=1, max_size=8), max_size=6, unique=True),
+    st.lists(st.text(min_size=1, max_size=8), max_size=6),
+)
+def test_the_item_set_passes_exactly_when_it_equals_the_stage(expected, about):
+    found = gate.item_set(expected, about)
+    same = sorted(expected) == sorted(about)
+    assert (found == []) == same
+    if not same:
+        assert found[0].condition == "whole-stage"
