@@ -385,7 +385,7 @@ class Controller:
         self.plan = gathered.plan
         spec = self.plan.stage(settings.stage)
         self.kind = load_kind(spec["kind"])
-        self.listing = _Listing(self.root, settings)
+        self.listing = _Listing(self.root, settings, self.config.inipath)
         gate_passed_at = time.time()
         deadline = gate_passed_at + spec["budget_seconds"] if spec["budget_enforced"] else None
         self.settings = settings = Settings(
@@ -719,7 +719,7 @@ class _Listing:
     """The stage's full item set, listed by a clean pytest process (no PYTEST_ADDOPTS, no
     stepwise or cache plugin, no xdist, the checkout's own pytest.ini) started at the gate."""
 
-    def __init__(self, root: Path, settings: Settings) -> None:
+    def __init__(self, root: Path, settings: Settings, inipath: Path | None) -> None:
         handle, self.path = tempfile.mkstemp(prefix="prereg-items-", suffix=".json")
         os.close(handle)
         env = {k: v for k, v in os.environ.items() if k not in LISTING_DROPS}
@@ -727,8 +727,8 @@ class _Listing:
             sys.executable, "-m", "pytest", f"{STAGE_OPTION}={settings.stage}",
             f"{RUN_ID_OPTION}={settings.run_id}", f"{LIST_OPTION}={self.path}", "-q",
             "-p", "no:cacheprovider", "-p", "no:stepwise", "-p", "no:xdist",
-            "-p", "no:randomly", f"--rootdir={root}", "-c", str(root / "pytest.ini"),
-        ]  # fmt: skip
+            "-p", "no:randomly", f"--rootdir={root}",
+        ] + (["-c", str(inipath)] if inipath else [])  # fmt: skip
         self.process = subprocess.Popen(
             command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
