@@ -1,0 +1,417 @@
+"""Issue 10, item 3: the code a research run executes is the approved checkout's, the
+standard library's or an installed distribution's, and nothing else.
+
+Each attack of the review is performed for real in a toy repository and must be refused
+by the gate (condition ``execution``) before the run id is spent; honest runs (genuine
+bytecode written by earlier imports, pytest's rewritten test modules, the editable
+install of prereg and setuptools' ``.pth``) must pass.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from importlib._bootstrap_external import _code_to_hash_pyc, _code_to_timestamp_pyc
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prereg import execution, stages
+from prereg.testing import make_toy_repo
+
+pytestmark = pytest.mark.software
+
+RUN = "toy-20261130-001"
+USAGE_ERROR = 4
+REPO = Path(__file__).resolve().parents[2]
+TAG = sys.implementation.cache_tag
+WRITE_BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}  # empty: Python writes bytecode
+
+
+def assert_refused(toy, done, *phrases: str) -> None:
+    text = done.stdout + done.stderr
+    assert done.returncode == USAGE_ERROR, text
+    assert "[execution]" in text, text
+    for phrase in phrases:
+        assert phrase in text, text
+    assert not (toy.root / "runs" / RUN / "start.json").exists(), "the run id must stay unspent"
+    assert any("execution" in {x["condition"] for x in r["refusals"]} for r in toy.refusals())
+
+
+def assert_runs(toy, done) -> None:
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert toy.manifest(RUN)["status"] == "complete"
+
+
+@pytest.fixture
+def toy(tmp_path):
+    repo = make_toy_repo(tmp_path / "project")
+    repo.approve("toy", RUN)
+    return repo
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- honest runs ----------------------------------------------------------------------------
+
+
+def test_an_honest_run_with_genuine_bytecode_from_earlier_imports_passes(toy):
+    """Bytecode that Python and pytest wrote themselves is no reason to refuse."""
+    software = toy.pytest("checks", env=WRITE_BYTECODE)  # pytest rewrites and caches
+    assert software.returncode == 0, software.stdout + software.stderr
+    toy.run(sys.executable, "-c", "import conftest", env=WRITE_BYTECODE, check=True)
+    caches = sorted(p.name for p in toy.root.rglob("__pycache__/*.pyc"))
+    assert f"conftest.{TAG}.pyc" in caches, caches
+    assert any("-pytest-" in name for name in caches), caches
+    assert_runs(toy, toy.pytest("--research-stage=toy", env=WRITE_BYTECODE))
+    assert toy.audit(RUN).returncode == 0
+
+
+def test_genuine_bytecode_passes_and_planted_bytecode_with_a_valid_header_is_refused(tmp_path):
+    source = tmp_path / "mod.py"
+    source.write_text("VALUE = 1\n\ndef f():\n    return VALUE\n")
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+    pyc = cache / f"mod.{TAG}.pyc"
+    import py_compile
+
+    py_compile.compile(str(source), cfile=str(pyc), doraise=True)
+    assert execution._cache_problems(str(cache), str(tmp_path), None, None, "c") == []
+    stat = source.stat()
+    other = compile(
+        "VALUE = 2\n\ndef f():\n    return VALUE\n", str(source), "exec", dont_inherit=True
+    )
+    pyc.write_bytes(_code_to_timestamp_pyc(other, int(stat.st_mtime), stat.st_size))
+    found = execution._cache_problems(str(cache), str(tmp_path), None, None, "c")
+    assert len(found) == 1 and f"c/mod.{TAG}.pyc" in found[0] and "mod.py" in found[0], found
+    # An unchecked hash-based pyc is loaded without looking at the source: refused too.
+    pyc.write_bytes(_code_to_hash_pyc(other, importlib.util.source_hash(b"x"), checked=False))
+    assert execution._cache_problems(str(cache), str(tmp_path), None, None, "c")
+    # A header that no longer matches the source is never loaded (Python recompiles).
+    pyc.write_bytes(_code_to_timestamp_pyc(other, int(stat.st_mtime) + 7, stat.st_size))
+    assert execution._cache_problems(str(cache), str(tmp_path), None, None, "c") == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    real=st.lists(st.integers(-50, 50), min_size=1, max_size=6),
+    planted=st.lists(st.integers(-50, 50), min_size=1, max_size=6),
+)
+def test_bytecode_is_refused_exactly_when_its_code_differs_from_the_source(
+    tmp_path_factory, real, planted
+):
+    folder = tmp_path_factory.mktemp("pyc")
+    source = folder / "mod.py"
+    source.write_text("".join(f"x{i} = {v}\n" for i, v in enumerate(real)))
+    (folder / "__pycache__").mkdir()
+    code = compile(
+        "".join(f"x{i} = {v}\n" for i, v in enumerate(planted)),
+        str(source),
+        "exec",
+        dont_inherit=True,
+    )
+    stat = source.stat()
+    pyc = folder / "__pycache__" / f"mod.{TAG}.pyc"
+    pyc.write_bytes(_code_to_timestamp_pyc(code, int(stat.st_mtime), stat.st_size))
+    found = execution._cache_problems(str(folder / "__pycache__"), str(folder), None, None, "c")
+    assert bool(found) == (real != planted), found
+
+
+def test_a_pytest_rewritten_module_is_checked_against_pytests_own_rewrite(tmp_path):
+    from _pytest.assertion import rewrite
+
+    source = tmp_path / "test_mod.py"
+    source.write_text("def test_x():\n    assert 1 + 1 == 2\n")
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+    pyc = cache / ("test_mod" + rewrite.PYC_TAIL)
+    digest, code = rewrite._rewrite_test(source, None)
+    with open(pyc, "wb") as handle:
+        rewrite._write_pyc_fp(handle, digest, code)
+    tail, check = execution._pytest_rewriter([])
+    assert execution._cache_problems(str(cache), str(tmp_path), tail, check, "c") == []
+    planted = compile("def test_x():\n    pass\n", str(source), "exec", dont_inherit=True)
+    with open(pyc, "wb") as handle:
+        rewrite._write_pyc_fp(handle, digest, planted)
+    found = execution._cache_problems(str(cache), str(tmp_path), tail, check, "c")
+    assert found and "test_mod" in found[0], found
+
+
+# -- attacks, end to end ----------------------------------------------------------------------
+
+
+def test_a_plugin_from_outside_the_checkout_through_pytest_addopts_is_refused(toy, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "swapgate.py").write_text("def pytest_configure(config):\n    pass\n")
+    env = {"PYTEST_ADDOPTS": "-p swapgate", "PYTHONPATH": str(outside)}
+    done = toy.pytest("--research-stage=toy", env=env)
+    assert_refused(toy, done, "swapgate", str(outside / "swapgate.py"))
+
+
+def test_a_conftest_above_the_root_with_confcutdir_is_refused(toy, tmp_path):
+    above = tmp_path / "conftest.py"
+    above.write_text("def pytest_configure(config):\n    pass\n")
+    done = toy.pytest(f"--confcutdir={tmp_path}", "--research-stage=toy")
+    text = done.stdout + done.stderr
+    assert done.returncode == USAGE_ERROR, text  # the option itself may be refused first
+    assert not (toy.root / "runs" / RUN / "start.json").exists()
+    # However pytest came to load it, a conftest outside the checkout is refused by name.
+    script = (
+        "import json, sys, importlib.util\n"
+        "from pathlib import Path\n"
+        "from prereg import execution\n"
+        f"spec = importlib.util.spec_from_file_location('conftest', {str(above)!r})\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        f"plugins = [({str(above)!r}, module)]\n"
+        "print(json.dumps(execution.problems(Path('.'), plugins)))\n"
+    )
+    found = json.loads(toy.run(sys.executable, "-c", script, check=True).stdout)
+    assert len(found) == 1 and str(above) in found[0] and "outside the approved" in found[0]
+
+
+def test_a_sitecustomize_outside_the_standard_library_is_refused(toy, tmp_path):
+    outside = tmp_path / "custom"
+    outside.mkdir()
+    (outside / "sitecustomize.py").write_text("import os\nos.environ['CUSTOMIZED'] = '1'\n")
+    done = toy.pytest("--research-stage=toy", env={"PYTHONPATH": str(outside)})
+    assert_refused(toy, done, "sitecustomize", str(outside / "sitecustomize.py"))
+
+
+def test_planted_bytecode_for_committed_source_is_refused(tmp_path):
+    toy = make_toy_repo(tmp_path / "project")
+    (toy.root / "toyhelper.py").write_text("VALUE = 1\n")
+    (toy.root / "conftest.py").write_text(
+        'import toyhelper  # noqa: F401\n\npytest_plugins = ("prereg.plugin",)\n'
+    )
+    toy.commit("A helper the conftest imports")
+    toy.approve("toy", RUN)
+    source = toy.root / "toyhelper.py"
+    stat = source.stat()
+    planted = compile(
+        "VALUE = 2\n", str(source), "exec", dont_inherit=True
+    )  # same size, other code
+    (toy.root / "__pycache__").mkdir(exist_ok=True)
+    pyc = toy.root / "__pycache__" / f"toyhelper.{TAG}.pyc"
+    pyc.write_bytes(_code_to_timestamp_pyc(planted, int(stat.st_mtime), stat.st_size))
+    loaded = toy.run(sys.executable, "-c", "import toyhelper; print(toyhelper.VALUE)", check=True)
+    assert loaded.stdout.strip() == "2", "the planted bytecode is what Python runs"
+    done = toy.pytest("--research-stage=toy")
+    assert_refused(toy, done, f"__pycache__/toyhelper.{TAG}.pyc", "toyhelper.py")
+    pyc.unlink()
+    assert_runs(toy, toy.pytest("--research-stage=toy", env=WRITE_BYTECODE))
+
+
+def _ignore(toy, *patterns: str) -> None:
+    with open(toy.root / ".gitignore", "a") as handle:
+        handle.write("\n".join(patterns) + "\n")
+    toy.commit("Ignore local files")
+
+
+def test_ignored_metadata_that_maps_a_built_in_kind_to_plain_is_refused(toy):
+    _ignore(toy, "*.egg-info/")
+    toy.approve("toy", "toy-20261130-002")
+    meta = toy.root / "toy_extras.egg-info"
+    meta.mkdir()
+    (meta / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: toy-extras\nVersion: 0.1\n")
+    (meta / "entry_points.txt").write_text(
+        "[prereg.stage_kinds]\ne04.robustness = prereg.stages:PLAIN\n"
+    )
+    probe = toy.run(
+        sys.executable,
+        "-c",
+        "import importlib.metadata as m, prereg.stages as s; "
+        "print([p.value for p in m.entry_points(group='prereg.stage_kinds')]); "
+        "print(s.load_kind('e04.robustness').name)",
+        check=True,
+    )
+    assert "prereg.stages:PLAIN" in probe.stdout, "the planted entry point is visible"
+    assert probe.stdout.splitlines()[-1] == "e04.robustness", "but load_kind never uses it"
+    done = toy.pytest("--research-stage=toy", "--run-id=toy-20261130-002")
+    text = done.stdout + done.stderr
+    assert done.returncode == USAGE_ERROR and "[execution]" in text, text
+    assert "toy_extras.egg-info" in text and "e04.robustness" in text, text
+
+
+def test_ignored_metadata_declaring_a_pytest_plugin_is_refused(toy):
+    _ignore(toy, "*.dist-info/")
+    toy.approve("toy", "toy-20261130-002")
+    meta = toy.root / "toy_plug-0.1.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-plug\nVersion: 0.1\n")
+    (meta / "entry_points.txt").write_text("[pytest11]\ntoyplug = conftest\n")
+    done = toy.pytest("--research-stage=toy", "--run-id=toy-20261130-002")
+    text = done.stdout + done.stderr
+    assert done.returncode == USAGE_ERROR and "[execution]" in text, text
+    assert "toy_plug-0.1.dist-info" in text and "pytest11" in text, text
+
+
+def test_ignored_python_files_in_source_folders_are_refused_but_data_folders_are_not(toy):
+    _ignore(toy, "local_*.py", "cache/", "extra/")
+    toy.approve("toy", "toy-20261130-002")
+    (toy.root / "experiments" / "local_patch.py").write_text("X = 1\n")
+    extra = toy.root / "experiments" / "extra"
+    extra.mkdir()
+    (extra / "conftest.py").write_text("def pytest_configure(config):\n    pass\n")
+    (toy.root / "cache").mkdir()
+    (toy.root / "cache" / "scratch.py").write_text("X = 1\n")  # a data folder: never imported
+    done = toy.pytest("--research-stage=toy", "--run-id=toy-20261130-002")
+    text = done.stdout + done.stderr
+    assert done.returncode == USAGE_ERROR and "[execution]" in text, text
+    assert "experiments/local_patch.py" in text and "experiments/extra/conftest.py" in text, text
+    assert "cache/scratch.py" not in text, text
+    (toy.root / "experiments" / "local_patch.py").unlink()
+    (extra / "conftest.py").unlink()
+    assert toy.pytest("--research-stage=toy", "--run-id=toy-20261130-002").returncode == 0
+
+
+# -- .pth files, installed distributions, stage kinds --------------------------------------
+
+
+def _fake_distribution(site: Path, name: str, files: dict[str, str], extra: dict[str, str]):
+    """A distribution installed in ``site``: its files and a RECORD with their hashes."""
+    meta = site / f"{name}-1.0.dist-info"
+    meta.mkdir(parents=True)
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    rows = []
+    for rel, text in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        rows.append(f"{rel},sha256={digest.decode()},{len(text)}")
+    for rel, text in extra.items():
+        (meta / rel).write_text(text)
+    rows.append(f"{meta.name}/RECORD,,")
+    (meta / "RECORD").write_text("\n".join(rows) + "\n")
+    return meta
+
+
+def test_pth_files_must_be_recorded_by_an_installed_distribution(tmp_path, monkeypatch):
+    site = tmp_path / "site-packages"
+    _fake_distribution(site, "good", {"good.pth": "import os\n", "tampered.pth": "\n"}, {})
+    (site / "tampered.pth").write_text("import os; os.environ['X'] = '1'\n")
+    (site / "stray.pth").write_text("import os\n")
+    monkeypatch.setattr(execution, "site_dirs", lambda: [str(site)])
+    env = execution.Environment.read(REPO)
+    found = execution._pth_problems(env)
+    assert len(found) == 2, found
+    assert any("stray.pth" in f and "not listed in the RECORD" in f for f in found), found
+    assert any("tampered.pth" in f and "differs from the RECORD of good" in f for f in found)
+
+
+def test_the_real_environment_pth_files_and_packages_pass():
+    """setuptools' distutils-precedence.pth and prereg's editable-install .pth are recorded."""
+    env = execution.Environment.read(REPO)
+    assert execution._pth_problems(env) == []
+    assert any(p.endswith(".pth") for p in env.installed.files), "the venv has .pth files"
+
+
+def test_stage_kinds_from_installed_distributions_need_a_recorded_module(tmp_path, monkeypatch):
+    site = tmp_path / "site-packages"
+    module = "from prereg.stages import StageKind\nKIND = StageKind(name='toy.extra')\n"
+    points = "[prereg.stage_kinds]\ntoy.extra = toykinds_mod:KIND\n"
+    _fake_distribution(site, "toykinds", {"toykinds_mod.py": module}, {"entry_points.txt": points})
+    monkeypatch.setattr(execution, "site_dirs", lambda: [str(site)])
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(stages, "_registered", dict(stages._registered))
+    (site / "toykinds_mod.py").write_text(module + "# edited after install\n")
+    with pytest.raises(stages.UnknownStageKind, match="differs from the RECORD of toykinds"):
+        stages.load_kind("toy.extra")
+    (site / "toykinds_mod.py").write_text(module)
+    assert stages.load_kind("toy.extra").name == "toy.extra"
+    assert stages.kind_origin("toy.extra")["distribution"] == "toykinds 1.0"
+
+
+def test_built_in_kinds_resolve_to_tracked_code_only():
+    for name, target in stages.BUILT_IN_KINDS.items():
+        kind = stages.load_kind(name)
+        module = sys.modules[target.split(":")[0]]
+        assert kind.name == name and Path(module.__file__).is_relative_to(REPO / "lib")
+        assert stages.kind_origin(name) == {"built_in": target}
+    with pytest.raises(ValueError, match="built in"):
+        stages.register_kind(stages.StageKind(name="e04.robustness"))
+    with pytest.raises(stages.UnknownStageKind, match="not built in nor installed"):
+        stages.load_kind("no.such-kind")
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert '[project.entry-points."prereg.stage_kinds"]' not in pyproject, (
+        "the built-in kinds have one home: prereg.stages.BUILT_IN_KINDS"
+    )
+
+
+# -- what the manifest records --------------------------------------------------------------
+
+
+def test_record_names_the_variables_plugins_and_customize_modules(tmp_path):
+    custom = tmp_path / "custom"
+    custom.mkdir()
+    (custom / "sitecustomize.py").write_text("X = 1\n")
+    toy = make_toy_repo(tmp_path / "project")
+    script = (
+        "import json, sys, pytest, prereg.plugin\n"
+        "from pathlib import Path\n"
+        "from prereg import execution\n"
+        "plugins = [('prereg.plugin', prereg.plugin), ('blocked', None)]\n"
+        "print(json.dumps({'record': execution.record(Path('.'), plugins),"
+        " 'problems': execution.problems(Path('.'), plugins)}))\n"
+    )
+    env = {"PYTHONPATH": str(custom), "PYTEST_ADDOPTS": "-p no:xdist", "PYTEST_PLUGINS": ""}
+    out = json.loads(toy.run(sys.executable, "-c", script, env=env, check=True).stdout)
+    record = out["record"]
+    assert record["PYTHONPATH"] == str(custom) and record["PYTEST_ADDOPTS"] == "-p no:xdist"
+    assert record["PYTEST_PLUGINS"] == ""
+    assert record["sitecustomize"] == {
+        "file": str(custom / "sitecustomize.py"),
+        "sha256": sha256(custom / "sitecustomize.py"),
+    }
+    (plugin,) = record["plugins"]
+    import prereg.plugin
+
+    assert plugin["name"] == "prereg.plugin" and plugin["module"] == "prereg.plugin"
+    assert plugin["sha256"] == sha256(Path(prereg.plugin.__file__))
+    assert any("sitecustomize" in p for p in out["problems"]), out["problems"]
+    editable = record["editable"]
+    if Path(prereg.plugin.__file__).resolve().is_relative_to(toy.root):
+        assert editable == []
+    else:  # prereg runs from its own checkout: the commit and any edits are recorded
+        assert editable and editable[0]["commit"], editable
+
+
+def test_the_real_project_is_accounted_for_with_its_heavy_packages_loaded():
+    """The project's own checkout with torch and numpy loaded: nothing but work in progress."""
+    script = (
+        "import json, torch, numpy, scipy, pytest\n"
+        "import prereg.e04.stage, prereg.rp002a.confirmatory_stage\n"
+        "from pathlib import Path\n"
+        "from prereg import execution\n"
+        "print(json.dumps(execution.problems(Path('.'), [])))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONPATH"))}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    in_progress = [line[3:] for line in status.splitlines()]
+    unexplained = [p for p in json.loads(done.stdout) if not any(path in p for path in in_progress)]
+    assert unexplained == []
