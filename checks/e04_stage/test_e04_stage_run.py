@@ -2,6 +2,7 @@ import pytest
 
 pytestmark = pytest.mark.software
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -48,7 +49,8 @@ def test_two_workers_give_byte_identical_result_files(e04_runs):
     assert results[PARALLEL].returncode == 0, results[PARALLEL].stdout + results[PARALLEL].stderr
     assert project.manifest(PARALLEL)["workers"] == 2
     serial, parallel = _outputs(project.run_dir(SERIAL)), _outputs(project.run_dir(PARALLEL))
-    assert len(serial) == 18 * 3 + 2
+    # 3 records per cell; the summary (JSON, text) and the bound vectors (.npy, keys)
+    assert len(serial) == 18 * 3 + 4
     assert serial.keys() == parallel.keys()
     assert [k for k in serial if serial[k] != parallel[k]] == []
     assert project.audit(PARALLEL).returncode == 0
@@ -144,28 +146,51 @@ def test_audit_catches_a_tampered_ranking(e04_runs):
         shutil.rmtree(copy)
 
 
-def test_replay_reports_a_vector_missing_from_the_cache_without_embedding(e04_runs):
-    import sqlite3
+def _view(project, run_dir: Path) -> RunView:
+    return RunView(
+        root=project.root,
+        run_dir=run_dir,
+        plan=load_plan(project.root / "plans" / "E04_PLAN.json"),
+        stage="e04",
+        items=tuple(json.loads((run_dir / "manifest.json").read_text())["items"]),
+    )
 
+
+def test_the_run_binds_the_vectors_it_searched_and_the_audit_never_reads_the_cache(e04_runs):
     project, _ = e04_runs
+    run_dir = project.run_dir(SERIAL)
+    keys = json.loads((run_dir / "summary" / "e04_vectors.json").read_text())
+    manifest = project.manifest(SERIAL)
+    assert {"e04_vectors.npy", "e04_vectors.json"} <= {f["path"] for f in manifest["summary_files"]}
+    assert keys["count"] == len(keys["text_sha256"]) and keys["dimension"] == 32
     cache = project.root / "cache" / "e04-vectors.sqlite"
     backup = cache.with_suffix(".backup")
-    shutil.copy(cache, backup)
+    shutil.move(cache, backup)  # no cache at all: the audit replays from the bound vectors
     try:
-        with sqlite3.connect(cache) as db:
-            db.execute("DELETE FROM vectors")
-        manifest = project.manifest(SERIAL)
-        view = RunView(
-            root=project.root,
-            run_dir=project.run_dir(SERIAL),
-            plan=load_plan(project.root / "plans" / "E04_PLAN.json"),
-            stage="e04",
-            items=tuple(manifest["items"]),
-        )
-        findings = replay_run(view)
-        assert findings and all("H000" not in f for f in findings)  # BM25 needs no vector
-        assert any("no vector in the cache" in f for f in findings), findings
-        with sqlite3.connect(cache) as db:
-            assert db.execute("SELECT COUNT(*) FROM vectors").fetchone()[0] == 0  # none embedded
+        assert replay_run(_view(project, run_dir)) == []
+        assert not cache.exists()  # the replay created no cache
     finally:
         shutil.move(backup, cache)
+
+
+def test_replay_reports_a_vector_missing_from_the_bound_file_without_embedding(e04_runs):
+    import numpy as np
+
+    project, _ = e04_runs
+    copy = project.run_dir("e04-20260101-902")
+    shutil.copytree(project.run_dir(SERIAL), copy)
+    try:
+        keys_path = copy / "summary" / "e04_vectors.json"
+        record = json.loads(keys_path.read_text())
+        matrix = np.load(copy / "summary" / "e04_vectors.npy")
+        record["text_sha256"] = record["text_sha256"][1:]  # drop one text and its row
+        np.save(copy / "summary" / "e04_vectors.npy", matrix[1:])
+        record["vectors_sha256"] = hashlib.sha256(
+            (copy / "summary" / "e04_vectors.npy").read_bytes()
+        ).hexdigest()
+        keys_path.write_text(json.dumps(record))
+        findings = replay_run(_view(project, copy))
+        assert findings and all("H000" not in f for f in findings)  # BM25 needs no vector
+        assert any("have no vector" in f and "does not embed" in f for f in findings), findings
+    finally:
+        shutil.rmtree(copy)

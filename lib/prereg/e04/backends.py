@@ -33,6 +33,9 @@ from prereg.e04.tokenize import tokenize
 
 BACKENDS = ("minilm", "lmstudio", "token-hash")
 TOKEN_HASH_MODEL = "prereg-token-hash-1"
+TOKEN_HASH_MAX_SEQUENCE_LENGTH = 2**31 - 1
+"""The token-hash stand-in truncates nothing; its identity states the largest int32 (a
+plan's identity pins a positive max_sequence_length)."""
 
 
 class BackendMismatchError(ValueError):
@@ -62,7 +65,7 @@ class TokenHashBackend:
             "backend": "token-hash",
             "model": TOKEN_HASH_MODEL,
             "weights_sha256": "0" * 64,
-            "max_sequence_length": 0,
+            "max_sequence_length": TOKEN_HASH_MAX_SEQUENCE_LENGTH,
             "dimension": self.dimension,
             "normalisation": "l2",
             "dtype": "float32",

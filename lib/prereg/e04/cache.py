@@ -300,6 +300,130 @@ class VectorCache:
             ).fetchone()[0]
 
 
+def inspect_cache(path: str | Path, identity: dict) -> list[str]:
+    """Problems that make ``path`` unusable as this identity's vector cache (read-only).
+
+    Nothing is created or written: a missing file is no problem (the run creates it).
+    Refused: a file SQLite cannot open or read, another schema or version, an
+    ``identities`` row for this identity's key holding other JSON (vectors of another
+    model filed under this identity), and vectors under this key whose dims, dtype or
+    byte length are not the identity's ``dimension`` and float32. Each problem names the
+    file, the table or field, and what to do.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    where = f"vector cache {str(path)!r}"
+    if not path.is_file():
+        return [f"{where} is not a file; move it away (the run creates a fresh cache)"]
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as error:
+        return [f"{where} cannot be opened ({error}); move it away and let the run rebuild it"]
+    try:
+        return _inspect(connection, where, identity)
+    except sqlite3.DatabaseError as error:
+        return [
+            (
+                f"{where} is not a usable SQLite vector cache ({error}); it may be corrupt or "
+                "not an SQLite file. Move it away and let the run rebuild the cache"
+            )
+        ]
+    finally:
+        connection.close()
+
+
+def _inspect(connection: sqlite3.Connection, where: str, identity: dict) -> list[str]:
+    tables = {
+        row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+    }
+    if not tables:
+        return []  # an empty database file: the run lays the schema out
+    expected = {"meta", "identities", "vectors"}
+    if not expected <= tables:
+        return [
+            (
+                f"{where} is an SQLite file of another schema (tables {sorted(tables)}), not a "
+                f"{SCHEMA_NAME}; move it away or point cache.path at another file"
+            )
+        ]
+    meta = dict(connection.execute("SELECT key, value FROM meta").fetchall())
+    if meta.get("schema") != SCHEMA_NAME or meta.get("version") != SCHEMA_VERSION:
+        return [
+            (
+                f"{where}: table meta says schema {meta.get('schema')!r} version "
+                f"{meta.get('version')!r}; this code reads {SCHEMA_NAME!r} version "
+                f"{SCHEMA_VERSION!r}. Move it away (the run creates a fresh cache)"
+            )
+        ]
+    key = identity_sha256(identity)
+    problems = []
+    row = connection.execute(
+        "SELECT identity_json FROM identities WHERE identity_sha256 = ?", (key,)
+    ).fetchone()
+    if row is not None and row[0] != canonical_identity_json(identity):
+        problems.append(
+            f"{where}: table identities files key {key[:12]} (the plan's embedding identity) "
+            f"under another identity {row[0][:200]!r}; its vectors are another model's. Move "
+            "the cache away"
+        )
+    shapes = connection.execute(
+        "SELECT dims, dtype, length(vector), COUNT(*) FROM vectors WHERE identity_sha256 = ? "
+        "GROUP BY dims, dtype, length(vector)",
+        (key,),
+    ).fetchall()
+    dimension = int(identity.get("dimension", -1))
+    want = (dimension, _DTYPE, dimension * _STORED.itemsize)
+    for dims, dtype, length, count in shapes:
+        if (dims, dtype, length) != want:
+            problems.append(
+                f"{where}: table vectors holds {count} vector(s) under the plan's identity "
+                f"{key[:12]} with dims {dims}, dtype {dtype!r}, {length} bytes; the identity "
+                f"pins dimension {want[0]} float32. The cache is from another model or corrupt: "
+                "move it away"
+            )
+    return problems
+
+
+def read_vectors(path: str | Path, identity: dict, text_hashes: Sequence[str]) -> dict:
+    """Stored float32 vectors of ``text_hashes`` under ``identity``, read-only (misses absent).
+
+    For checks that must not create or change the cache (the gate); call
+    :func:`inspect_cache` first, this raises :class:`VectorCacheError` on a bad file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    key = identity_sha256(identity)
+    unique = list(dict.fromkeys(text_hashes))
+    found: dict[str, np.ndarray] = {}
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            for start in range(0, len(unique), _SELECT_BATCH):
+                batch = unique[start : start + _SELECT_BATCH]
+                marks = ",".join("?" * len(batch))
+                rows = connection.execute(
+                    "SELECT text_sha256, dims, dtype, vector FROM vectors "
+                    f"WHERE identity_sha256 = ? AND text_sha256 IN ({marks})",
+                    (key, *batch),
+                ).fetchall()
+                for text_hash, dims, dtype, blob in rows:
+                    if dtype != _DTYPE or len(blob) != dims * _STORED.itemsize:
+                        raise VectorCacheError(
+                            f"{str(path)!r}: vector for text {text_hash} has dtype {dtype!r}, "
+                            f"dims {dims} and {len(blob)} bytes; the file is corrupt, move it away"
+                        )
+                    found[text_hash] = np.frombuffer(blob, dtype=_STORED).astype(np.float32)
+        finally:
+            connection.close()
+    except sqlite3.Error as error:
+        raise VectorCacheError(
+            f"vector cache {str(path)!r} failed while reading vectors: {error}; move it away"
+        ) from error
+    return found
+
+
 def _max_diff(a: np.ndarray, b: np.ndarray) -> str:
     if a.shape != b.shape:
         return "n/a"

@@ -1,11 +1,14 @@
-"""Audit replay of an E04 run: nothing is embedded, nothing is trusted.
+"""Audit replay of an E04 run: nothing is trusted, nothing is read from the vector cache.
 
 For every item of the run: its cell belongs to the plan's grid and its recorded seed
 is the plan's derivation; every measure and paired outcome is recomputed from the
 saved rankings; the distractors are regenerated from the seed and compared (path,
-SHA-256, source); every ranking is rebuilt from the repository (BM25) and the cached
-vectors (dense) and compared with the saved one, together with the SHA-256 of the
-vectors used. A vector missing from the cache is a finding, never embedded. Then the
+SHA-256, source); every ranking is rebuilt from the repository (BM25) and the vectors
+bound to the run (dense; ``summary/e04_vectors.npy``, :mod:`prereg.e04.runvectors`)
+and compared with the saved one, together with the SHA-256 of the vectors used. A
+vector missing from the bound file is a finding, never embedded. The bound keys must
+be exactly the texts the run searched, and, when the pinned backend is available, a
+sample of them is re-embedded and must agree within ``cache.conflict_atol``. Then the
 S001 and baseline copies must be identical per ``shared_key`` and the summary must be
 recomputed byte for byte.
 """
@@ -17,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from prereg.e04 import analysis
-from prereg.e04.backends import CacheOnlyBackend, MissingVectorError
+from prereg.e04.backends import CacheOnlyBackend, MissingVectorError, build_backend
 from prereg.e04.cells import (
     BASELINE,
     S001,
@@ -29,17 +32,27 @@ from prereg.e04.cells import (
 )
 from prereg.e04.metrics import function_key, token_count
 from prereg.e04.plan import E04Settings
+from prereg.e04.runvectors import (
+    VECTORS_FILE,
+    RunVectors,
+    deciding_keys,
+    key_set_findings,
+    note,
+    reembed_findings,
+    reembed_sample,
+)
 from prereg.e04.stage import (
     SUMMARY,
     SUMMARY_TEXT,
     _inputs_of_view,
     _item_cells,
+    _lmstudio_client_factory,
     _summary,
     load_inputs,
-    open_cache,
+    run_texts_of_view,
     settings_of,
 )
-from prereg.hashing import canonical_json, read_json
+from prereg.hashing import canonical_json, read_json, sha256_file
 from prereg.seeds import derivation, numpy_generator
 from prereg.stages import RunView
 
@@ -96,6 +109,31 @@ def plan_threads(threads: int) -> Iterator[None]:
         faiss.omp_set_num_threads(previous)
 
 
+def _vector_findings(
+    view: RunView, settings: E04Settings, loaded, corpora: CorpusStore, bound: RunVectors
+) -> list[str]:
+    """Bound keys = texts searched; a sample re-embedded by the pinned backend agrees."""
+    texts = run_texts_of_view(view, settings, loaded, corpora)
+    findings = key_set_findings(bound, texts)
+    if findings:
+        return findings
+    try:
+        backend = build_backend(
+            dict(settings.embedding), lmstudio_client=_lmstudio_client_factory(settings)
+        )
+    except Exception as err:  # noqa: BLE001 - any failure means: not available here
+        note(
+            f"vectors not re-embedded: the pinned backend {settings.embedding['backend']!r} is "
+            f"not available here ({err}); rankings were rebuilt from the bound vectors only"
+        )
+        return []
+    manifest = view.run_dir / "manifest.json"
+    seed_text = sha256_file(manifest) if manifest.is_file() else view.run_dir.name
+    gold = {t.task_id: t.gold_files for t in loaded.task_file.tasks}
+    sample = reembed_sample(texts, deciding_keys(texts, gold, settings), seed_text)
+    return reembed_findings(backend, bound, texts, sample, settings.conflict_atol)
+
+
 def replay_run(view: RunView) -> list[str]:
     """Every finding of the E04 replay (see the module docstring); empty when clean."""
     with plan_threads(view.plan.stage(view.stage)["threads_per_worker"]):
@@ -109,12 +147,12 @@ def _replay(view: RunView) -> list[str]:
     loaded = load_inputs(settings, inputs)
     task_ids = [t.task_id for t in loaded.task_file.tasks]
     expected = _item_cells(view, settings, task_ids)
-    backend = cache = None
+    backend = bound = None
+    findings: list[str] = []
     if settings.dense:
         backend = CacheOnlyBackend(dict(settings.embedding["identity"]))
-        cache = open_cache(view.root, settings)
-    workspace = Workspace(corpora=CorpusStore(loaded.repository), backend=backend, cache=cache)
-    findings: list[str] = []
+        bound, findings = RunVectors.load(view.summary_dir, settings.embedding["identity"])
+    workspace = Workspace(corpora=CorpusStore(loaded.repository), backend=backend, cache=bound)
     seen = set()
     gold_cache: dict[str, list] = {}
     for item in view.items:
@@ -156,6 +194,8 @@ def _replay(view: RunView) -> list[str]:
             findings.append(
                 f"{name}: 'synthetic' is {s002['synthetic']}, inputs say {loaded.synthetic}"
             )
+        if spec.kind != "bm25" and bound is None:
+            continue  # no bound vectors to rebuild from: one finding above says so
         try:
             rebuilt = compute_cell(
                 cell,
@@ -177,11 +217,15 @@ def _replay(view: RunView) -> list[str]:
                     what = {
                         "distractors": "regenerated distractors (path, SHA-256 or source)",
                         "generated_sha256": "regenerated distractor hashes",
-                        "index": "index statistics or vector hashes (the cache changed?)",
+                        "index": (
+                            f"index statistics or vector hashes (summary/{VECTORS_FILE} changed?)"
+                        ),
                     }.get(field, field)
                     findings.append(f"{name}/{file_name}: rebuilt {what} differ from the saved")
     for name in sorted(set(expected) - seen):
         findings.append(f"cell {name} of the plan's grid has no item in the manifest")
+    if bound is not None:
+        findings += _vector_findings(view, settings, loaded, workspace.corpora, bound)
     if findings:
         return findings
     summary, settings, problems = _summary(view)

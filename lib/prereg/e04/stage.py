@@ -256,6 +256,38 @@ def summarise(view: RunView) -> None:
     (view.summary_dir / SUMMARY_TEXT).write_text(
         analysis.summary_text(summary, settings), encoding="utf-8"
     )
+    if settings.dense:
+        bind_vectors(view, settings)
+
+
+def run_texts_of_view(view: RunView, settings: E04Settings, loaded: LoadedInputs, corpora):
+    """The dense texts and conditions of a run's items (:mod:`prereg.e04.runvectors`)."""
+    from prereg.e04.runvectors import run_texts
+
+    cells = _item_cells(view, settings, [t.task_id for t in loaded.task_file.tasks])
+    records = {
+        item["output_dir"]: {
+            name: read_json(view.item_dir(item) / name, what=f"{name} of {item['nodeid']}")
+            for name in (BASELINE, S001, S002)
+        }
+        for item in view.items
+    }
+    return run_texts(
+        cells, records, settings, loaded.task_file, loaded.reformulations.texts, corpora
+    )
+
+
+def bind_vectors(view: RunView, settings: E04Settings) -> None:
+    """Copy the vectors the run searched into summary/ (hashed by the manifest)."""
+    from prereg.e04.runvectors import bind_run_vectors
+
+    loaded = load_inputs(settings, _inputs_of_view(view))
+    texts = run_texts_of_view(view, settings, loaded, CorpusStore(loaded.repository))
+    cache = open_cache(view.root, settings)
+    try:
+        bind_run_vectors(view.summary_dir, settings, texts, cache)
+    finally:
+        cache.close()
 
 
 # -- replay -------------------------------------------------------------------------------
@@ -268,24 +300,95 @@ def replay(view: RunView) -> list[str]:
 
 
 def gate_check(root: Path, plan: Plan, stage: str, approval: dict) -> list[str]:
-    """The plan's embedding backend must be available as pinned before the run id is spent.
+    """Before the run id is spent: the pinned backend is available and the cache is its own.
 
     LM Studio: connected, and the pinned embedding model the only loaded model (the
     protocol's resource isolation); MiniLM: the shipped weights hash as pinned. Runs at
-    ``prereg approve`` and at the gate, so LM Studio must be up for both.
+    ``prereg approve`` and at the gate, so LM Studio must be up for both. The vector cache
+    (if it exists) must open as a vector cache, file no other identity under the pinned
+    one, hold only vectors of the pinned dimension (:func:`prereg.e04.cache.inspect_cache`),
+    and the vectors it holds for the probe texts (every query and gold function of the
+    bound tasks) must be what the pinned backend returns, within ``cache.conflict_atol``.
     """
+    from prereg.e04.cache import inspect_cache
     from prereg.e04.embeddings import LMStudioResidencyError, LMStudioUnavailableError
 
     settings = settings_of(plan.data, stage)
     if not settings.dense:
         return []
     try:
-        build_backend(settings.embedding, lmstudio_client=_lmstudio_client_factory(settings))
+        backend = build_backend(
+            settings.embedding, lmstudio_client=_lmstudio_client_factory(settings)
+        )
     except (LMStudioUnavailableError, LMStudioResidencyError, ValueError, OSError) as err:
         return [
             f"embedding backend {settings.embedding['backend']!r} is not available as pinned: {err}"
         ]
-    return []
+    path = Path(root) / settings.cache_path
+    problems = inspect_cache(path, dict(settings.embedding["identity"]))
+    if problems:
+        return [f"{p} (plan field cache.path: {settings.cache_path})" for p in problems]
+    return probe_cache(path, settings, backend, approval.get("inputs") or {})
+
+
+def probe_texts(settings: E04Settings, loaded: LoadedInputs) -> dict[str, tuple[str, str]]:
+    """Text key -> (text, label) of each dense query and each gold function at its label."""
+    from prereg.e04.gitcorpus import read_blob_at
+    from prereg.e04.harness import query_for
+    from prereg.e04.runvectors import text_key
+    from prereg.e04.tasks import locate_gold_functions
+
+    texts: dict[str, tuple[str, str]] = {}
+    dense = [s for s in settings.harnesses.values() if s.kind != "bm25"]
+    for task in loaded.task_file.tasks:
+        for spec in dense:
+            query = query_for(spec, task, loaded.reformulations.texts)
+            texts[text_key(query)] = (query, f"query of task {task.task_id} ({spec.query_source})")
+        sources = {f: read_blob_at(loaded.repository, task.base_commit, f) for f in task.gold_files}
+        for gold in locate_gold_functions(task, sources):
+            texts[text_key(gold.text)] = (
+                gold.text,
+                f"gold function {gold.name} of {gold.path} (task {task.task_id})",
+            )
+    return texts
+
+
+def probe_cache(path: Path, settings: E04Settings, backend, bound_inputs: dict) -> list[str]:
+    """The cache's vectors of :func:`probe_texts` against the pinned backend's (gate)."""
+    import numpy as np
+
+    from prereg.e04.cache import VectorCacheError, read_vectors
+
+    if not Path(path).is_file() or not bound_inputs:
+        return []
+    try:
+        loaded = load_inputs(settings, {k: Path(v["path"]) for k, v in bound_inputs.items()})
+        texts = probe_texts(settings, loaded)
+        stored = read_vectors(path, dict(settings.embedding["identity"]), sorted(texts))
+    except (ValueError, LookupError, OSError) as err:
+        if isinstance(err, VectorCacheError):
+            return [str(err)]
+        return [f"E04 inputs could not be read to probe the vector cache: {err}"]
+    if not stored:
+        return []
+    keys = sorted(stored)
+    fresh = np.asarray(backend.embed([texts[k][0] for k in keys]), dtype=np.float64)
+    problems = []
+    for key, row in zip(keys, fresh):
+        held = stored[key].astype(np.float64)
+        diff = float(np.max(np.abs(held - row))) if held.shape == row.shape else float("inf")
+        if not diff <= settings.conflict_atol:
+            problems.append(f"{texts[key][1]} (text_sha256 {key[:12]}): max |diff| {diff:.3g}")
+    if not problems:
+        return []
+    return [
+        (
+            f"vector cache {str(path)!r}: {len(problems)} of {len(keys)} probed vectors in table "
+            f"vectors are not what the pinned backend {settings.embedding['backend']!r} returns "
+            f"(beyond cache.conflict_atol={settings.conflict_atol}: {'; '.join(problems[:5])}); the "
+            "cache is from another model or was altered. Move it away (the run rebuilds it)"
+        )
+    ]
 
 
 KIND = StageKind(
