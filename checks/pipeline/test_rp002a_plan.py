@@ -68,5 +68,7 @@ def test_the_planning_rule_reads_df_alpha_and_family_size_from_their_one_home(tm
     data["stages"]["confirmatory-config"]["parameters"]["sd_bound"] = {"df": 4}
     path = Path(tmp_path) / "plan.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="unknown field sd_bound"):
+    with pytest.raises(
+        ValueError, match="unknown field stages.confirmatory-config.parameters.sd_bound"
+    ):
         validate_stage(load_plan(path), "confirmatory-config")

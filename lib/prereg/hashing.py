@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import json.decoder
+import json.scanner
 import math
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 _CHUNK = 1 << 20
 
@@ -41,9 +44,13 @@ def write_json(path: Path, value: Any) -> None:
 class _JsonRefusal(ValueError):
     """Raised by the parser hooks of :func:`read_json`; re-raised naming the file."""
 
-    def __init__(self, message: str, token: str) -> None:
+    def __init__(self, message: str, lines: Callable[[str], list[int]]) -> None:
         super().__init__(message)
-        self.token = token  # what to look for in the text, to name its lines
+        self.lines = lines  # the text -> the lines where the problem is
+
+
+def _line(text: str, index: int) -> int:
+    return text.count("\n", 0, index) + 1
 
 
 def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
@@ -53,32 +60,65 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
             raise _JsonRefusal(
                 f"key {key!r} appears twice in one object (a JSON reader would silently keep "
                 "the last one); delete one of them so the file says one thing",
-                json.dumps(key, ensure_ascii=False) + r"\s*:",
+                functools.partial(_duplicate_key_lines, key=key),
             )
         seen[key] = value
     return seen
 
 
+class _Located(Exception):
+    pass
+
+
+def _duplicate_key_lines(text: str, key: str) -> list[int]:
+    """The lines of ``key`` in the first object that repeats it (the refusal path only: this
+    re-parses with the pure-Python scanner, which tells where each object starts and ends)."""
+    written = re.compile(re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:")
+    done: list[tuple[int, int]] = []  # spans of completed objects not yet inside a parent
+    lines: list[int] = []
+
+    def parse_object(s_and_end, strict, scan_once, object_hook, object_pairs_hook, memo=None):
+        s, after_brace = s_and_end
+        pairs, end = json.decoder.JSONObject(s_and_end, strict, scan_once, None, list, memo)
+        start = after_brace - 1
+        inner = [span for span in done if start <= span[0] and span[1] <= end]
+        keys = [k for k, _ in pairs]
+        if keys.count(key) > 1:
+            for match in written.finditer(s, start, end):
+                if not any(a <= match.start() < b for a, b in inner):
+                    lines.append(_line(s, match.start()))
+            raise _Located
+        done[:] = [span for span in done if span not in inner] + [(start, end)]
+        return dict(pairs), end
+
+    decoder = json.JSONDecoder(parse_constant=float)
+    decoder.parse_object = parse_object
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)
+    try:
+        decoder.decode(text)
+    except (_Located, ValueError):
+        pass
+    return lines
+
+
 def _refuse_constant(name: str) -> float:
+    pattern = re.compile(r"[:,\[]\s*(" + re.escape(name) + r")\b")
     raise _JsonRefusal(
         f"the non-standard constant {name} appears; JSON has no NaN or Infinity: write a "
         "finite number (or null where the schema allows it)",
-        r"[:,\[]\s*" + re.escape(name) + r"\b",
+        lambda text: [_line(text, m.start(1)) for m in pattern.finditer(text)],
     )
 
 
-def _finite_float(text: str) -> float:
-    value = float(text)
+def _finite_float(number: str) -> float:
+    value = float(number)
     if not math.isfinite(value):
+        pattern = re.compile(r"(?<![\w.+-])" + re.escape(number) + r"(?![\w.])")
         raise _JsonRefusal(
-            f"the number {text} overflows to {value}; write a finite number",
-            re.escape(text),
+            f"the number {number} overflows to {value}; write a finite number",
+            lambda text: [_line(text, m.start()) for m in pattern.finditer(text)],
         )
     return value
-
-
-def _lines(text: str, pattern: str) -> list[int]:
-    return [text.count("\n", 0, m.start()) + 1 for m in re.finditer(pattern, text)]
 
 
 def read_json(path: Path, *, what: str) -> Any:
@@ -101,7 +141,7 @@ def read_json(path: Path, *, what: str) -> Any:
             parse_float=_finite_float,
         )
     except _JsonRefusal as err:
-        lines = _lines(text, err.token)
+        lines = sorted(set(err.lines(text)))
         where = f" (line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))})" * bool(lines)
         raise ValueError(f"{what} {path} is refused{where}: {err}") from None
     except json.JSONDecodeError as err:

@@ -29,6 +29,7 @@ from prereg.schema import (
     PositiveInt,
     Probability,
     Range,
+    SchemaError,
     UnitInterval,
     validate,
 )
@@ -158,13 +159,23 @@ def bootstrap_settings(plan: dict) -> BootstrapSettings:
 
 
 def validate_plan(plan, stage: str) -> None:
+    if stage != STAGE:
+        raise SchemaError(
+            f"{plan.path}: stage {stage!r} has kind {KIND.name!r}, which reads the stage "
+            f"named {STAGE!r} (and the stages it consumes by name); name the stage {STAGE!r}"
+        )
     source = f"{plan.path}: stages.{stage}.parameters"
-    validate(plan.stage(stage)["parameters"], PARAMETERS, source=source)
+    validate(
+        plan.stage(stage)["parameters"],
+        PARAMETERS,
+        source=str(plan.path),
+        path=f"stages.{stage}.parameters",
+    )
     # The calibration reads only the decision block of the shared parameters (a reduced
     # plan may hold only that); its ranges are the shared schema's.
     shared = plan.data.get("parameters")
     decision = shared.get("decision") if isinstance(shared, dict) else None
-    validate(decision, SHARED["decision"], source=f"{plan.path}: parameters", path="decision")
+    validate(decision, SHARED["decision"], source=str(plan.path), path="parameters.decision")
     statements = plan.stage(stage)["parameters"]["monte_carlo_bound"]["statements"]
     cells = len(simulation_cells(plan.data))
     if statements != cells:

@@ -42,12 +42,19 @@ PARAMETERS = {
 
 
 def validate_plan(plan, stage: str) -> None:
+    if stage != STAGE:
+        raise SchemaError(
+            f"{plan.path}: stage {stage!r} has kind {KIND.name!r}, which reads the stage "
+            f"named {STAGE!r} (and the stages it consumes by name); name the stage {STAGE!r}"
+        )
     validate_shared(plan)
     params = plan.stage(stage)["parameters"]
-    source = f"{plan.path}: stages.{stage}.parameters"
-    validate(params, PARAMETERS, source=source)
+    validate(params, PARAMETERS, source=str(plan.path), path=f"stages.{stage}.parameters")
     if not params["candidate_counts"]:
-        raise SchemaError(f"{source}: field candidate_counts is empty; list at least one count")
+        raise SchemaError(
+            f"{plan.path}: field stages.{stage}.parameters.candidate_counts is empty; "
+            "list at least one count"
+        )
     if variance_stage.STAGE not in plan.stages:
         raise SchemaError(
             f"{plan.path}: the {STAGE} stage reads the replicates of a {variance_stage.STAGE} "
@@ -56,7 +63,7 @@ def validate_plan(plan, stage: str) -> None:
     replicates = plan.stage(variance_stage.STAGE)["parameters"]["replicates"]
     if not isinstance(replicates, int) or isinstance(replicates, bool) or replicates < 2:
         raise SchemaError(
-            f"{plan.path}: stages.{variance_stage.STAGE}.parameters: field replicates is "
+            f"{plan.path}: field stages.{variance_stage.STAGE}.parameters.replicates is "
             f"{replicates!r}; the planning rule needs an integer >= 2 (df = replicates - 1)"
         )
 

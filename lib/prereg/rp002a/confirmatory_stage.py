@@ -25,7 +25,7 @@ from prereg.hashing import canonical_json, read_json, write_json
 from prereg.rp002a import config_stage, variance_stage
 from prereg.rp002a import units as unitlib
 from prereg.rp002a.plan_schema import validate_shared
-from prereg.schema import validate
+from prereg.schema import SchemaError, validate
 from prereg.stages import RunView, StageKind
 from prereg.stats.decisions import contrast_verdict
 from prereg.stats.intervals import replicate_mean_t_interval
@@ -36,11 +36,17 @@ SUMMARY_TEXT = "SUMMARY.md"
 
 
 def validate_plan(plan, stage: str) -> None:
+    if stage != STAGE:
+        raise SchemaError(
+            f"{plan.path}: stage {stage!r} has kind {KIND.name!r}, which reads the stage "
+            f"named {STAGE!r} (and the stages it consumes by name); name the stage {STAGE!r}"
+        )
     validate_shared(plan)
     validate(
         plan.stage(stage)["parameters"],
         {"note": str, "config": str},
-        source=f"{plan.path}: stages.{stage}.parameters",
+        source=str(plan.path),
+        path=f"stages.{stage}.parameters",
     )
     namespaces = {}
     for name, spec in plan.stages.items():

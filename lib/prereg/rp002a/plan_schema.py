@@ -91,7 +91,7 @@ IDEAL_FIGURES = {"opportunity_nats": Finite, "window_gap_nats": Finite}
 def validate_shared(plan) -> None:
     source = f"{plan.path}: parameters"
     shared = plan.data.get("parameters")
-    validate(shared, SHARED, source=source)
+    validate(shared, SHARED, source=str(plan.path), path="parameters")
     family = shared["contrast_family"]
     if len(family) != shared["decision"]["family_size"]:
         raise ValueError(
@@ -110,7 +110,7 @@ def validate_shared(plan) -> None:
             )
     for key, value in shared["ideal_figures"].items():
         schema = str if key == "averaging" else IDEAL_FIGURES
-        validate(value, schema, source=source, path=f"ideal_figures.{key}")
+        validate(value, schema, source=str(plan.path), path=f"parameters.ideal_figures.{key}")
     _validate_models(shared, source)
     from prereg.rp002a.laws import law_registry
     from prereg.rp002a.training import TrainConfig

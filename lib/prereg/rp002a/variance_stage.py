@@ -39,7 +39,8 @@ def validate_plan(plan, stage: str) -> None:
     validate(
         plan.stage(stage)["parameters"],
         {"replicates": Range(int, min=2), "note": str},  # SDs need two replicates
-        source=f"{plan.path}: stages.{stage}.parameters",
+        source=str(plan.path),
+        path=f"stages.{stage}.parameters",
     )
 
 
