@@ -322,3 +322,10 @@ def test_the_item_set_passes_exactly_when_it_equals_the_stage(expected, about):
     assert (found == []) == same
     if not same:
         assert found[0].condition == "whole-stage"
+
+
+def test_strictness_overrides_are_not_a_partial_run(toy):
+    """pytest spells --strict-markers as -o strict_markers=true: that selects nothing."""
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy", "--strict-markers", "-o", "console_output_style=count")
+    assert done.returncode == 0, done.stdout + done.stderr

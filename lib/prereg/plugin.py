@@ -39,9 +39,11 @@ PROPERTY = "prereg"
 # stage's full item set, listed in a clean process (see Controller._verify_and_spend).
 PARTIAL_SELECTION_OPTIONS = (
     "keyword", "markexpr", "deselect", "lf", "stepwise", "stepwise_skip", "collectonly",
-    "setuponly", "setupplan", "ignore", "ignore_glob", "override_ini", "inifilename",
-    "noconftest", "pyargs",
+    "setuponly", "setupplan", "ignore", "ignore_glob", "inifilename", "noconftest", "pyargs",
 )  # fmt: skip
+# Ini overrides (-o NAME=VALUE) a research run accepts: strictness and output style only
+# (pytest itself spells --strict-markers as -o strict_markers=true).
+HARMLESS_OVERRIDES = ("strict", "console_output_style", "verbosity_")
 # Environment variables a clean listing of the stage's items does not inherit.
 LISTING_DROPS = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
 
@@ -180,6 +182,11 @@ def _resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fal
             "(from prereg_plans in pytest.ini)"
         )
     partial = [o for o in PARTIAL_SELECTION_OPTIONS if getattr(config.option, o, None)]
+    partial += [
+        f"-o {entry}"
+        for entry in config.option.override_ini or ()
+        if not entry.partition("=")[0].strip().startswith(HARMLESS_OVERRIDES)
+    ]
     if Path(config.option.confcutdir or root).resolve() != root.resolve():
         partial.append("confcutdir")
     if not listing and (partial or config.args_source == pytest.Config.ArgsSource.ARGS):
