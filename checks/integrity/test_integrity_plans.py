@@ -239,6 +239,9 @@ PIPELINE_ATTACKS = [
     ("second-alpha-sd-bound", "stages.confirmatory-config.parameters.sd_bound", {"df": 2, "familywise_alpha": 0.05, "family_size": 7}, "unknown field stages.confirmatory-config.parameters.sd_bound"),
     ("second-alpha-confirmatory", "stages.confirmatory.parameters.familywise_alpha", 0.05, "unknown field stages.confirmatory.parameters.familywise_alpha"),
     ("unread-baseline-sizes", "parameters.models.B0.sizes", {"hidden": 4}, "unknown field sizes"),
+    ("world-renamed", "parameters.worlds.E1.name", "E2", "parameters.worlds.E1.name"),
+    ("classes-mismatch", "parameters.models.B1.sizes.n_targets", 3, "parameters.models.B1.sizes.n_targets"),
+    ("alphabet-mismatch", "parameters.models.B2.sizes.n_symbols", 6, "parameters.models.B2.sizes.n_symbols"),
     ("unread-world", "parameters.worlds.E9", {"family": "hidden-markov-erasure"}, "world E9 is not in world_order"),
 ]  # fmt: skip
 

@@ -122,14 +122,33 @@ def validate_shared(plan) -> None:
             f"{source}.worlds: world {unordered[0]} is not in world_order, so no code reads it; "
             "list it in world_order or remove it"
         )
+    laws = {}
     for name in shared["world_order"]:
         if name not in shared["worlds"]:
             raise SchemaError(f"{source}.world_order names unknown world {name!r}")
         try:
-            registry.law_from_spec(shared["worlds"][name])
+            laws[name] = registry.law_from_spec(shared["worlds"][name])
         except (ValueError, TypeError) as err:
             raise SchemaError(f"{source}.worlds.{name}: {err}") from None
+        if laws[name].name != name:
+            raise SchemaError(
+                f"{source}.worlds.{name}.name is {laws[name].name!r}; a world's name is its key"
+            )
+    _models_fit_worlds(shared, laws, source)
     TrainConfig.from_mapping(shared["training"])
+
+
+def _models_fit_worlds(shared: dict, laws: dict, source: str) -> None:
+    """A learned model's alphabet and classes are every world's: otherwise every item fails."""
+    for model in shared["learned_models"]:
+        sizes = shared["models"][model]["sizes"]
+        for world, law in laws.items():
+            for field, wanted in (("n_symbols", law.n_symbols), ("n_targets", law.n_states)):
+                if sizes[field] != wanted:
+                    raise SchemaError(
+                        f"{source}.models.{model}.sizes.{field} is {sizes[field]}; world "
+                        f"{world} has {wanted} ({'symbols' if field == 'n_symbols' else 'states'})"
+                    )
 
 
 def _validate_models(shared: dict, source: str) -> None:
