@@ -188,7 +188,8 @@ def test_a_sitecustomize_outside_the_standard_library_is_refused(toy, tmp_path):
     assert_refused(toy, done, "sitecustomize", str(outside / "sitecustomize.py"))
 
 
-def test_planted_bytecode_for_committed_source_is_refused(tmp_path):
+@pytest.mark.parametrize("prefix", [False, True], ids=["pycache", "pycache-prefix"])
+def test_planted_bytecode_for_committed_source_is_refused(tmp_path, prefix):
     toy = make_toy_repo(tmp_path / "project")
     (toy.root / "toyhelper.py").write_text("VALUE = 1\n")
     (toy.root / "conftest.py").write_text(
@@ -198,18 +199,27 @@ def test_planted_bytecode_for_committed_source_is_refused(tmp_path):
     toy.approve("toy", RUN)
     source = toy.root / "toyhelper.py"
     stat = source.stat()
-    planted = compile(
-        "VALUE = 2\n", str(source), "exec", dont_inherit=True
-    )  # same size, other code
-    (toy.root / "__pycache__").mkdir(exist_ok=True)
-    pyc = toy.root / "__pycache__" / f"toyhelper.{TAG}.pyc"
+    planted = compile("VALUE = 2\n", str(source), "exec", dont_inherit=True)  # same size
+    env = {}
+    cache = toy.root / "__pycache__"
+    if prefix:  # PYTHONPYCACHEPREFIX: bytecode lives in a mirror of the source folders
+        env = {"PYTHONPYCACHEPREFIX": str(tmp_path / "pyc")}
+        cache = tmp_path / "pyc" / str(toy.root.resolve()).lstrip(os.sep)
+    cache.mkdir(parents=True, exist_ok=True)
+    pyc = cache / f"toyhelper.{TAG}.pyc"
     pyc.write_bytes(_code_to_timestamp_pyc(planted, int(stat.st_mtime), stat.st_size))
-    loaded = toy.run(sys.executable, "-c", "import toyhelper; print(toyhelper.VALUE)", check=True)
+    probe = "import toyhelper; print(toyhelper.VALUE)"
+    loaded = toy.run(sys.executable, "-c", probe, env=env, check=True)
     assert loaded.stdout.strip() == "2", "the planted bytecode is what Python runs"
-    done = toy.pytest("--research-stage=toy")
-    assert_refused(toy, done, f"__pycache__/toyhelper.{TAG}.pyc", "toyhelper.py")
+    done = toy.pytest("--research-stage=toy", env=env)
+    assert_refused(toy, done, f"toyhelper.{TAG}.pyc", "toyhelper.py")
     pyc.unlink()
-    assert_runs(toy, toy.pytest("--research-stage=toy", env=WRITE_BYTECODE))
+    assert_runs(toy, toy.pytest("--research-stage=toy", env={**env, **WRITE_BYTECODE}))
+
+
+def test_python_optimisation_that_strips_asserts_is_refused(toy):
+    done = toy.pytest("--research-stage=toy", env={"PYTHONOPTIMIZE": "1"})
+    assert_refused(toy, done, "optimisation level 1", "PYTHONOPTIMIZE")
 
 
 def _ignore(toy, *patterns: str) -> None:
@@ -260,18 +270,19 @@ def test_ignored_python_files_in_source_folders_are_refused_but_data_folders_are
     _ignore(toy, "local_*.py", "cache/", "extra/")
     toy.approve("toy", "toy-20261130-002")
     (toy.root / "experiments" / "local_patch.py").write_text("X = 1\n")
-    extra = toy.root / "experiments" / "extra"
-    extra.mkdir()
-    (extra / "conftest.py").write_text("def pytest_configure(config):\n    pass\n")
+    extra = toy.root / "experiments" / "extra"  # no package, no conftest at its top
+    (extra / "deeper").mkdir(parents=True)
+    (extra / "deeper" / "conftest.py").write_text("def pytest_configure(config):\n    pass\n")
     (toy.root / "cache").mkdir()
     (toy.root / "cache" / "scratch.py").write_text("X = 1\n")  # a data folder: never imported
     done = toy.pytest("--research-stage=toy", "--run-id=toy-20261130-002")
     text = done.stdout + done.stderr
     assert done.returncode == USAGE_ERROR and "[execution]" in text, text
-    assert "experiments/local_patch.py" in text and "experiments/extra/conftest.py" in text, text
+    assert "experiments/local_patch.py" in text, text
+    assert "experiments/extra/deeper/conftest.py" in text, text
     assert "cache/scratch.py" not in text, text
     (toy.root / "experiments" / "local_patch.py").unlink()
-    (extra / "conftest.py").unlink()
+    (extra / "deeper" / "conftest.py").unlink()
     assert toy.pytest("--research-stage=toy", "--run-id=toy-20261130-002").returncode == 0
 
 
@@ -325,7 +336,7 @@ def test_stage_kinds_from_installed_distributions_need_a_recorded_module(tmp_pat
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setattr(stages, "_registered", dict(stages._registered))
     (site / "toykinds_mod.py").write_text(module + "# edited after install\n")
-    with pytest.raises(stages.UnknownStageKind, match="differs from the RECORD of toykinds"):
+    with pytest.raises(stages.UnknownStageKind, match="differs from the RECORD of toykinds 1.0"):
         stages.load_kind("toy.extra")
     (site / "toykinds_mod.py").write_text(module)
     assert stages.load_kind("toy.extra").name == "toy.extra"

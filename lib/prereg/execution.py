@@ -127,7 +127,8 @@ class Recorded:
 class Installed:
     """The distributions installed in the site-packages folders, by the files they record."""
 
-    files: dict[str, Recorded] = field(default_factory=dict)
+    files: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> (owner, hash)
+    owners: list[tuple[str, str]] = field(default_factory=list)  # (distribution, version)
     editable: dict[str, tuple[str, str]] = field(default_factory=dict)  # dist -> (version, dir)
 
     @classmethod
@@ -136,14 +137,25 @@ class Installed:
         for dist in importlib.metadata.distributions(
             path=dirs if dirs is not None else site_dirs()
         ):
-            name = dist.metadata["Name"] or "?"
-            version = dist.version
+            folder = getattr(dist, "_path", None)  # <name>-<version>.dist-info: no parsing
+            stem = folder.name.rsplit(".", 1)[0] if isinstance(folder, Path) else ""
+            name, _, version = stem.partition("-")
+            if not (name and version):
+                name, version = dist.metadata["Name"] or "?", dist.version
+            owner = len(found.owners)
+            found.owners.append((name, version))
             base = _real(dist.locate_file(""))
+            prefix = base + os.sep
             record = dist.read_text("RECORD")
             for row in csv.reader((record or "").splitlines()):
                 if row:
-                    path = os.path.normpath(os.path.join(base, row[0]))
-                    found.files[path] = Recorded(name, version, row[1] if len(row) > 1 else "")
+                    rel = row[0]
+                    path = (
+                        prefix + rel
+                        if ".." not in rel and not rel.startswith("/") and "//" not in rel
+                        else os.path.normpath(os.path.join(base, rel))
+                    )
+                    found.files[path] = (owner, row[1] if len(row) > 1 else "")
             direct = dist.read_text("direct_url.json")
             if direct:
                 try:
@@ -156,17 +168,24 @@ class Installed:
                     found.editable[name] = (version, _real(unquote(urlparse(info["url"]).path)))
         return found
 
+    def owner(self, path: str) -> Recorded | None:
+        """The distribution whose RECORD lists ``path``, and the hash it records."""
+        if path not in self.files:
+            return None
+        owner, digest = self.files[path]
+        return Recorded(*self.owners[owner], digest)
+
     def check(self, path: str) -> str | None:
         """Why ``path`` is not an unchanged file of an installed distribution, or None."""
-        recorded = self.files.get(path)
+        recorded = self.owner(path)
         if recorded is None:
             return (
                 "is not listed in the RECORD of any installed distribution: remove it, or "
                 "install the package that should provide it"
             )
-        if path.endswith((".py", ".pth")) and recorded.hash.startswith("sha256="):
+        if recorded.hash.startswith("sha256="):  # source and compiled modules alike
             want = recorded.hash[len("sha256=") :]
-            digest = hashlib.sha256(Path(path).read_bytes()).digest()
+            digest = bytes.fromhex(_sha256(path))
             have = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
             if have != want:
                 return (
@@ -524,10 +543,10 @@ def _ignored_problems(checkout: Checkout, plugins: list[tuple[str, object]]) -> 
     def show(rel: str) -> str:
         return rel if checkout.strict else os.path.join(checkout.top, rel)
 
-    def visit(rel: str, is_dir: bool, inside_package: bool) -> None:
+    def visit(rel: str, is_dir: bool, inside: bool) -> None:
         name = os.path.basename(rel)
         parent = os.path.dirname(rel)
-        if not inside_package and parent not in folders:
+        if not inside and parent not in folders:
             return
         path = os.path.join(checkout.top, rel)
         if not is_dir:
@@ -544,7 +563,16 @@ def _ignored_problems(checkout: Checkout, plugins: list[tuple[str, object]]) -> 
         if name.endswith(METADATA_SUFFIXES):
             found.extend(_metadata_problems(checkout, rel))
             return
-        if any(os.path.isfile(os.path.join(path, m)) for m in FOLDER_MARKERS):
+        if os.path.isfile(os.path.join(path, "pyvenv.cfg")):
+            return  # a virtual environment: its site-packages are checked against RECORD
+        # Below a source folder every folder is part of it (packages, namespace packages,
+        # test folders pytest collects); at the top, where data folders live, only a
+        # package or a folder with a conftest.py is.
+        if (
+            inside
+            or parent != ""
+            or any(os.path.isfile(os.path.join(path, m)) for m in FOLDER_MARKERS)
+        ):
             for entry in sorted(os.listdir(path)):
                 child = os.path.join(rel, entry)
                 visit(child, os.path.isdir(os.path.join(checkout.top, child)), True)
@@ -574,7 +602,14 @@ def problems(root: Path, plugins: list[tuple[str, object]]) -> list[str]:
     env = Environment.read(Path(root))
     if env.root is None:
         return [f"{root} is not a git checkout: nothing approves the code that would run"]
-    found = _module_problems(env, loaded_files(plugins))
+    found = []
+    if sys.flags.optimize:
+        found.append(
+            f"Python runs with optimisation level {sys.flags.optimize} (python -O or "
+            "PYTHONOPTIMIZE), which strips assert statements from the code that runs: run "
+            "without -O and unset PYTHONOPTIMIZE"
+        )
+    found += _module_problems(env, loaded_files(plugins))
     found += _pth_problems(env)
     for checkout in env.checkouts:
         found += _ignored_problems(checkout, plugins)
@@ -629,6 +664,7 @@ def record(root: Path, plugins: list[tuple[str, object]]) -> dict:
         )
     return {
         **{name: os.environ.get(name) for name in RECORDED_VARIABLES},
+        "python_optimize": sys.flags.optimize,
         "plugins": sorted(plugin_records, key=lambda p: p["name"]),
         **{
             name: _file_record(_module_file(sys.modules[name]), env)

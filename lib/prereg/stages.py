@@ -15,6 +15,8 @@ editable install does not qualify). :func:`register_kind` adds one in-process (t
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib
 import importlib.metadata
 import os
@@ -115,36 +117,34 @@ def _built_in(name: str) -> StageKind:
 
 
 def _installed_point(name: str):
-    """(entry point, distribution, module file) for ``name`` from site-packages, or a reason."""
-    from prereg.execution import Installed, site_dirs
+    """(entry point, label, module file) for ``name`` from site-packages, or the reasons not."""
+    from prereg.execution import site_dirs
 
-    sites = site_dirs()
     reasons = []
-    for dist in importlib.metadata.distributions(path=sites):
+    for dist in importlib.metadata.distributions(path=site_dirs()):
         for point in dist.entry_points:
             if point.group != ENTRY_POINT_GROUP or point.name != name:
                 continue
             label = f"{dist.metadata['Name']} {dist.version}"
             module = point.value.split(":", 1)[0].strip()
-            installed = Installed.scan([str(Path(dist.locate_file("")))])
-            tail = module.replace(".", os.sep)
-            candidates = [
-                path
-                for path in installed.files
-                if path.endswith((os.sep + tail + ".py", os.sep + tail + os.sep + "__init__.py"))
-                and installed.files[path].distribution == dist.metadata["Name"]
-            ]
-            if not candidates:
+            wanted = {f"{module.replace('.', '/')}.py", f"{module.replace('.', '/')}/__init__.py"}
+            files = [f for f in dist.files or () if f.as_posix() in wanted]
+            if not files:
                 reasons.append(
                     f"{label} declares it as {point.value}, but its RECORD does not list module "
                     f"{module} (an editable install? install the package normally)"
                 )
                 continue
-            why = installed.check(candidates[0])
-            if why is not None:
-                reasons.append(f"{label}: {candidates[0]} {why}")
+            path = os.path.realpath(dist.locate_file(files[0]))
+            recorded = files[0].hash
+            if recorded is None or recorded.mode != "sha256":
+                reasons.append(f"{label}: RECORD gives no SHA-256 of {path}; reinstall {label}")
                 continue
-            return point, label, candidates[0]
+            digest = hashlib.sha256(Path(path).read_bytes()).digest()
+            if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != recorded.value:
+                reasons.append(f"{label}: {path} differs from the RECORD of {label}; reinstall it")
+                continue
+            return point, label, path
     return reasons
 
 
