@@ -178,9 +178,11 @@ def test_two_simultaneous_starts_give_one_run_and_one_recorded_refusal(toy):
         ["--sw-skip"],
         ["--deselect", "experiments/test_toy.py::test_cell[cell0]"],
         ["--confcutdir=/"],
+        ["-n", "2", "--dist", "each"],
+        ["--junitxml=elsewhere.xml"],
     ],
 )
-def test_options_that_drop_items_are_refused_before_spending(toy, options):
+def test_options_that_drop_repeat_or_redirect_items_are_refused_before_spending(toy, options):
     toy.approve("toy", RUN)
     cache = toy.root / ".pytest_cache" / "v" / "cache"  # a planted stepwise cache
     cache.mkdir(parents=True)
@@ -327,5 +329,7 @@ def test_the_item_set_passes_exactly_when_it_equals_the_stage(expected, about):
 def test_strictness_overrides_are_not_a_partial_run(toy):
     """pytest spells --strict-markers as -o strict_markers=true: that selects nothing."""
     toy.approve("toy", RUN)
-    done = toy.pytest("--research-stage=toy", "--strict-markers", "-o", "console_output_style=count")
+    done = toy.pytest(
+        "--research-stage=toy", "--strict-markers", "-o", "console_output_style=count"
+    )
     assert done.returncode == 0, done.stdout + done.stderr

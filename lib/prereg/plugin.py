@@ -189,6 +189,10 @@ def _resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fal
     ]
     if Path(config.option.confcutdir or root).resolve() != root.resolve():
         partial.append("confcutdir")
+    if getattr(config.option, "dist", "no") == "each":
+        partial.append("--dist each (every item on every worker)")
+    if config.option.xmlpath or getattr(config.option, "junitprefix", None):
+        partial.append("--junitxml / --junit-prefix (prereg writes runs/<run-id>/junit.xml)")
     if not listing and (partial or config.args_source == pytest.Config.ArgsSource.ARGS):
         raise pytest.UsageError(
             f"a research stage runs whole: drop {', '.join(partial) or 'the path arguments'} "
@@ -210,7 +214,7 @@ def _resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fal
         raise pytest.UsageError(f"research stage {stage} refused: {err}") from None
     threads = spec["threads_per_worker"]
     provenance.set_thread_environment(threads)  # inherited by xdist workers started later
-    if not listing and not config.option.xmlpath:
+    if not listing:
         config.option.xmlpath = str(run_dir(root, record.run_id) / "junit.xml")
     return Settings(
         root=str(root),
