@@ -227,7 +227,8 @@ def lmstudio_client(api_host: str | None = None) -> Iterator[Any]:
             f"no LM Studio server answers at {where} ({error}). Start LM Studio, enable its "
             "server (`lms server start`) and load only the pinned embedding model "
             "(`lms load <model>`), or approve a plan whose embedding backend is the embedded "
-            "default `minilm`."
+            "default `minilm`. To try the LM Studio path without the app, start the double: "
+            "`python -m prereg.e04.lmstudio_double --port PORT --model KEY`."
         ) from error
     try:
         yield client
@@ -256,8 +257,9 @@ class LMStudioBackend:
         Version of the chunk text rule (part of the identity).
     models_dir : str or Path, optional
         LM Studio's models directory; if given, the loaded model's weights file
-        (``models_dir / get_info().path``) is hashed once and must equal
-        ``weights_sha256``.
+        (``models_dir / get_info().path``, the path the server reports) is hashed and
+        must equal ``weights_sha256`` (again whenever the reported path changes).
+        Without it the pin is recorded in the identity but not checked.
 
     Notes
     -----
@@ -265,9 +267,10 @@ class LMStudioBackend:
     lists the loaded LLMs and embedding models with ``list_loaded()`` and
     refuses unless there is no LLM and exactly one embedding model, whose key is
     ``model_key`` and whose context length is ``max_sequence_length``, and the
-    instance is the same before and after. It never calls a method that can load
-    a model (``client.embedding.model(key)``, ``load_new_instance``...); it
-    embeds through the loaded handle. Vectors are L2-normalised here.
+    instance (identifier and ``instanceReference``, which LM Studio renews at every
+    load) is the one pinned at construction, before and after. It never calls a method
+    that can load a model (``client.embedding.model(key)``, ``load_new_instance``...);
+    it embeds through the loaded handle. Vectors are L2-normalised here.
     """
 
     def __init__(
@@ -306,7 +309,8 @@ class LMStudioBackend:
         self.dimension = dimension
         self.chunker_version = chunker_version
         self.models_dir = None if models_dir is None else Path(models_dir)
-        self._weights_verified = False
+        self._verified_path: str | None = None  # the server path whose weights were hashed
+        self._instance: tuple[str, str] | None = None  # (identifier, instanceReference)
         self.verify_residency()
 
     def identity(self) -> dict[str, Any]:
@@ -322,8 +326,8 @@ class LMStudioBackend:
             "chunker_version": self.chunker_version,
         }
 
-    def verify_residency(self) -> Any:
-        """The handle of the pinned model if it is the only loaded model; else raise."""
+    def _resident(self) -> tuple[Any, Any]:
+        """(handle, info) of the pinned model if it is the only loaded model; else raise."""
         llms = list(self.client.llm.list_loaded())
         embedders = list(self.client.embedding.list_loaded())
         loaded = [f"llm {h.identifier!r}" for h in llms] + [
@@ -349,12 +353,14 @@ class LMStudioBackend:
                 f"the plan pins max_sequence_length={self.max_sequence_length}; reload it "
                 f"with `lms load {self.model_key} --context-length {self.max_sequence_length}`"
             )
-        if self.models_dir is not None and not self._weights_verified:
+        if self.models_dir is not None and self._verified_path != str(info.path):
             weights = self.models_dir / str(info.path)
             if not weights.is_file():
                 raise LMStudioResidencyError(
-                    f"weights file {str(weights)!r} of {self.model_key!r} not found under "
-                    f"models_dir={str(self.models_dir)!r}"
+                    f"weights file {str(weights)!r} of {self.model_key!r} (the path LM Studio "
+                    f"reports, {str(info.path)!r}) not found under "
+                    f"models_dir={str(self.models_dir)!r}; set embedding.lmstudio.models_dir "
+                    "to LM Studio's models folder"
                 )
             actual = file_sha256(weights)
             if actual != self.weights_sha256:
@@ -362,7 +368,27 @@ class LMStudioBackend:
                     f"weights {str(weights)!r} hash to {actual}, the plan pins "
                     f"weights_sha256={self.weights_sha256}"
                 )
-            self._weights_verified = True
+            self._verified_path = str(info.path)
+        return handle, info
+
+    def verify_residency(self) -> Any:
+        """The handle of the pinned model if it is the only loaded model; else raise.
+
+        The first call pins the instance (identifier and ``instanceReference``, new at
+        every load); later calls refuse another instance, so a model swapped, reloaded or
+        loaded between two calls never mixes its vectors with the pinned one's.
+        """
+        handle, info = self._resident()
+        instance = (handle.identifier, info.instance_reference)
+        if self._instance is None:
+            self._instance = instance
+        elif instance != self._instance:
+            raise LMStudioResidencyError(
+                f"the loaded instance of {self.model_key!r} changed since this backend pinned "
+                f"it (identifier, instanceReference {self._instance} -> {instance}): a model "
+                "was swapped or reloaded between two calls. Keep the pinned model loaded for "
+                "the whole run and start the run again."
+            )
         return handle
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -372,11 +398,13 @@ class LMStudioBackend:
         if not items:
             return np.zeros((0, self.dimension), dtype=np.float32)
         raw = before.embed(items)
-        after = self.verify_residency()
-        if after.identifier != before.identifier:
+        after, info = self._resident()
+        if (after.identifier, info.instance_reference) != self._instance:
             raise LMStudioResidencyError(
                 f"the loaded instance of {self.model_key!r} changed during embedding "
-                f"({before.identifier!r} -> {after.identifier!r}); the vectors are discarded"
+                f"({before.identifier!r} -> {after.identifier!r}, instanceReference "
+                f"{self._instance[1]!r} -> {info.instance_reference!r}); the vectors are "
+                "discarded"
             )
         if len(raw) != len(items):
             raise EmbeddingOutputError(
