@@ -333,3 +333,11 @@ def test_strictness_overrides_are_not_a_partial_run(toy):
         "--research-stage=toy", "--strict-markers", "-o", "console_output_style=count"
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_approve_prints_next_steps_that_name_this_environment(toy):
+    done = toy.prereg("approve", "--stage", "toy", "--run-id", RUN, "--accept-deviations")
+    lines = done.stdout.splitlines()
+    command = next(line.split()[0] for line in lines if "--research-stage=toy" in line)
+    assert Path(toy.root, command).is_file(), lines
+    assert any(f"audit runs/{RUN}" in line for line in lines), lines

@@ -53,8 +53,18 @@ def cmd_approve(args: argparse.Namespace) -> int:
     print("commit it, then run the stage:")
     print(f"  git add {rel}")
     print(f"  git commit -m 'Approve {args.run_id}'")
-    print(f"  pytest --research-stage={args.stage}")
+    print(f"  {_tool(root, 'pytest')} --research-stage={args.stage}   # add -n 2 for two workers")
+    print(f"then audit it: {_tool(root, 'prereg')} audit runs/{args.run_id}")
     return 0
+
+
+def _tool(root: Path, name: str) -> str:
+    """This environment's ``name`` command as the user would type it from the root."""
+    path = Path(sys.executable).parent / name
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def _default_plan(root: Path, stage: str) -> Path:
@@ -72,25 +82,38 @@ def _default_plan(root: Path, stage: str) -> Path:
     )
 
 
-def cmd_audit(args: argparse.Namespace) -> int:
-    from prereg.audit import audit_run
-    from prereg.hashing import read_json
+AUDIT_EPILOG = """exit codes:
+  0  clean: every record agrees (and the replay, when the stage kind has one, found nothing)
+  1  findings: each names the file and field that differs; printed one a line
+  3  could not audit, and no finding was made: the run folder is not in a git repository
+     (give --repo), git is missing, or the run's source commit is not in the repository
+"""
 
-    root = _root()
-    run_dir = Path(args.run_dir).resolve()
-    findings = audit_run(root, run_dir, replay=not args.no_replay)
-    manifest = run_dir / "manifest.json"
-    status = read_json(manifest, what="manifest")["status"] if manifest.exists() else "no manifest"
-    if findings:
-        print(f"audit of {run_dir.name}: {len(findings)} finding(s) (run status: {status})")
-        for finding in findings:
-            print(f"  - {finding}")
-        return 1
-    print(
-        f"audit of {run_dir.name}: clean (run status: {status}"
-        f"{'' if args.no_replay else ', replay included'})"
-    )
-    return 0
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from prereg.audit import COULD_NOT_AUDIT, audit_run
+
+    run_dir = Path(args.run_dir).absolute()
+    if args.repo:
+        root = Path(args.repo).absolute()
+    else:
+        try:
+            root = gitrepo.toplevel(run_dir if run_dir.is_dir() else run_dir.parent)
+        except gitrepo.GitError:
+            root = run_dir.parent  # not a repository: the audit says it could not check git
+    result = audit_run(root, run_dir, replay=not args.no_replay)
+    status = result.status or "no readable manifest"
+    if result.findings:
+        print(f"audit of {run_dir.name}: {len(result.findings)} finding(s) (run status: {status})")
+    elif result.verdict == COULD_NOT_AUDIT:
+        print(f"audit of {run_dir.name}: could not audit (run status: {status})")
+    else:
+        print(f"audit of {run_dir.name}: clean (run status: {status}; {result.replay_note})")
+    for problem in result:
+        print(f"  - {problem}")
+    if result.findings and result.replay_note:
+        print(f"  ({result.replay_note})")
+    return result.exit_code
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -182,9 +205,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     approve.set_defaults(func=cmd_approve)
 
-    audit = sub.add_parser("audit", help="verify a run's hashes and binding, and replay it")
+    audit = sub.add_parser(
+        "audit",
+        help="verify a run's hashes, records, git records and inputs, and replay it",
+        epilog=AUDIT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     audit.add_argument("run_dir")
-    audit.add_argument("--no-replay", action="store_true", help="hashes and binding only")
+    audit.add_argument("--no-replay", action="store_true", help="hashes and records only")
+    audit.add_argument(
+        "--repo",
+        metavar="PATH",
+        help="the git checkout the run was made in (default: the repository holding run_dir)",
+    )
     audit.set_defaults(func=cmd_audit)
 
     runs = sub.add_parser(
