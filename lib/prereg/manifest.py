@@ -2,11 +2,23 @@
 
 Only the controller process writes here. Items reach it through their reports
 (``report.user_properties``), never through files the controller would have to find.
+
+Crash safety: ``items.jsonl`` grows by whole lines (one ``write`` on an ``O_APPEND``
+descriptor, then ``fsync``); a failed append is undone or left as a torn last line that
+:func:`read_item_log` names and skips, and the failure becomes a reason in the manifest.
+:func:`write_final` always leaves a manifest when the disk lets it: if the full one cannot
+be built or written (a non-finite number, a failing summary, a full disk), a minimal
+``incomplete`` one naming the error is written instead. Non-finite numbers never reach a
+file: they are recorded as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` and named
+as reasons, so the manifest stays strict JSON.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import math
+import os
 import platform
 import shutil
 import socket
@@ -14,14 +26,16 @@ import sys
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from prereg import gitrepo, provenance
-from prereg.hashing import file_entries, sha256_file, write_json
+from prereg.hashing import canonical_json, file_entries, sha256_file, write_json
 from prereg.runs import (
     APPROVAL_COPY,
     COMPLETE,
     INCOMPLETE,
     ITEM_LOG,
+    ITEMS_DIR,
     JUNIT,
     MANIFEST,
     START_RECORD,
@@ -57,10 +71,146 @@ def write_start_record(run_dir: Path, *, record: dict, approval_path: Path) -> N
     write_json(run_dir / START_RECORD, record)
 
 
-def append_item(run_dir: Path, entry: dict) -> None:
-    """Append one finished item to items.jsonl at once, so a killed run keeps it."""
-    with open(run_dir / ITEM_LOG, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(entry, sort_keys=True) + "\n")
+def finite(value: object, where: str) -> tuple[object, list[str]]:
+    """``value`` with each NaN or infinity replaced by its name as a string, and a sentence
+    naming where each one was (JSON cannot hold them; ``canonical_json`` refuses them)."""
+    problems: list[str] = []
+
+    def walk(node: object, path: str) -> object:
+        if isinstance(node, float) and not math.isfinite(node):
+            text = "NaN" if math.isnan(node) else "Infinity" if node > 0 else "-Infinity"
+            problems.append(
+                f"non-finite number at {path}: {text}, which JSON cannot hold "
+                f"(recorded as the string {text!r}); find what produced it"
+            )
+            return text
+        if isinstance(node, dict):
+            return {key: walk(item, f"{path}.{key}") for key, item in node.items()}
+        if isinstance(node, (list, tuple)):
+            return [walk(item, f"{path}[{_label(item, index)}]") for index, item in enumerate(node)]
+        return node
+
+    return walk(value, where), problems
+
+
+def _label(item: object, index: int) -> str:
+    """An item record by its node id, anything else by its index."""
+    return (
+        item["nodeid"]
+        if isinstance(item, dict) and isinstance(item.get("nodeid"), str)
+        else str(index)
+    )
+
+
+def append_item(run_dir: Path, entry: dict) -> str | None:
+    """Append one finished item's record to ``items.jsonl`` as one whole line.
+
+    One ``os.write`` of the whole line on an ``O_APPEND`` descriptor, then ``fsync``, so
+    a killed controller leaves whole lines. A short write (disk full) is cut back off;
+    a line torn earlier is closed by a newline first, so it stays a line of its own.
+    Returns None, or a sentence saying why the record is not in the log: the run goes on
+    and the sentence belongs in the manifest's reasons.
+    """
+    nodeid = entry.get("nodeid", "?")
+    try:
+        clean, _ = finite(entry, "item")  # the manifest names non-finite numbers
+        line = (json.dumps(clean, sort_keys=True, allow_nan=False) + "\n").encode()
+    except (TypeError, ValueError) as err:
+        return f"{ITEM_LOG}: the record of {nodeid} is not JSON ({err}); it is not in the log"
+    size = None
+    try:
+        fd = os.open(run_dir / ITEM_LOG, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as err:
+        return f"{ITEM_LOG}: could not open it to append the record of {nodeid}: {err}"
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        written = os.write(fd, line)
+        if written != len(line):
+            raise OSError(errno.ENOSPC, f"only {written} of {len(line)} bytes written (disk full?)")
+        os.fsync(fd)
+    except OSError as err:
+        if size is not None:
+            try:
+                os.ftruncate(fd, size)  # no torn line left behind when the disk allows it
+            except OSError:
+                pass
+        return f"{ITEM_LOG}: could not append the record of {nodeid}: {err}"
+    finally:
+        os.close(fd)
+    return None
+
+
+def read_item_log(run_dir: Path) -> tuple[list[dict], list[str]]:
+    """The records in ``items.jsonl``, and a sentence for each line that is not one.
+
+    A last line without its newline is a record torn by a crash or a full disk: it is
+    skipped and named as torn. A missing log gives no records and no problems.
+    """
+    path = Path(run_dir) / ITEM_LOG
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], []
+    records, problems = [], []
+    lines = data.split(b"\n")
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        torn = number == len(lines)  # after the last newline: no newline of its own
+        error: Exception | None = None
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as err:
+            record, error = None, err
+        if not isinstance(record, dict):
+            what = (
+                "torn (no newline: the write stopped mid-line)"
+                if torn
+                else f"not a whole record (torn by an earlier failed write?): {error}"
+                if record is None
+                else "not a JSON object"
+            )
+            problems.append(f"{ITEM_LOG} line {number} is {what}; skipped")
+            continue
+        if torn:
+            problems.append(f"{ITEM_LOG} line {number} has no newline (the write stopped); kept")
+        records.append(record)
+    return records, problems
+
+
+def hash_item_folders(
+    run_dir: Path, items: list[dict], folder_of: Callable[[str], str]
+) -> list[dict]:
+    """Every folder under ``items/`` hashed into the record of its item.
+
+    An item that ran to its report keeps the hashes its process took, unless files were
+    added or removed since; an interrupted, crashed or unreported item (or a folder no
+    item claims) gets the hashes of what its folder holds now, so a partial output is
+    recorded, never an extra file. ``folder_of`` maps a node id to its folder name.
+    """
+    base = Path(run_dir) / ITEMS_DIR
+    by_folder = {}
+    for item in items:
+        by_folder[item.get("output_dir") or folder_of(item["nodeid"])] = item
+    if not base.is_dir():
+        return items
+    extra = []
+    for folder in sorted(p for p in base.iterdir() if p.is_dir()):
+        present = file_entries(folder)
+        item = by_folder.get(folder.name)
+        if item is None:
+            item = {"nodeid": f"(no item of this run: {ITEMS_DIR}/{folder.name})", "phases": {}}
+            item["outcome"] = "unknown"
+            extra.append(item)
+        recorded = item.get("outputs")
+        if recorded is None or {e["path"] for e in recorded} != {e["path"] for e in present}:
+            item["outputs"] = present
+            if recorded is not None:
+                item["outputs_rehashed"] = "files were added or removed after the item's report"
+        item["output_dir"] = folder.name
+    return items + extra
 
 
 def environment(plugins: dict[str, list[str]], imported: dict[str, str], threads: dict) -> dict:
@@ -134,10 +284,132 @@ def build_manifest(
     }
 
 
-def write_manifest(run_dir: Path, manifest: dict) -> Path:
-    path = run_dir / MANIFEST
-    write_json(path, manifest)
-    return path
+def settle(manifest: dict) -> dict:
+    """The manifest as it can be written: non-finite numbers named as reasons (the run is
+    then ``incomplete``, its summary only partial) and replaced by their names."""
+    clean, problems = finite(manifest, "manifest")
+    if problems:
+        clean["status"] = INCOMPLETE
+        clean["incomplete_reasons"] = list(clean.get("incomplete_reasons") or []) + problems
+        partial = list(clean.get("partial_summary_files") or [])
+        clean["partial_summary_files"] = partial + list(clean.get("summary_files") or [])
+        clean["summary_files"] = []
+    return clean
+
+
+def write_manifest(run_dir: Path, manifest: dict) -> bytes:
+    """Write ``manifest.json`` atomically (settled first); return the bytes written."""
+    data = canonical_json(settle(manifest)).encode("utf-8")
+    _write_atomic(Path(run_dir) / MANIFEST, data)
+    return data
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Temporary file, fsync, rename: a crash or a full disk leaves no half file behind."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    try:
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    except OSError:
+        pass  # the rename happened; a folder fsync is best effort
+
+
+def minimal_manifest(
+    *,
+    run_dir: Path,
+    start: dict | None,
+    stage: str,
+    run_id: str,
+    plan_path: str | None,
+    items: list[dict],
+    expected: list[str],
+    reasons: list[str],
+    error: str,
+    ended_at: str,
+) -> dict:
+    """What is known for sure when the full manifest failed: always ``incomplete``.
+
+    The same fields as :func:`build_manifest` where they can be known from the start
+    record and the run folder (the audit checks the same things), ``None`` elsewhere,
+    and ``manifest_error`` naming what failed.
+    """
+    start = start or {}
+    files = {START_RECORD, APPROVAL_COPY, ITEM_LOG, JUNIT}
+    try:
+        run_files = [e for e in file_entries(run_dir) if e["path"] in files]
+    except OSError as err:
+        run_files, reasons = [], [*reasons, f"the run files could not be hashed: {err}"]
+    try:
+        summary_dir = Path(run_dir) / SUMMARY_DIR
+        partial = file_entries(summary_dir) if summary_dir.exists() else []
+    except OSError as err:
+        partial, reasons = [], [*reasons, f"the summary files could not be hashed: {err}"]
+    return {
+        "format": FORMAT,
+        "minimal": True,
+        "manifest_error": error,
+        "stage": start.get("stage", stage),
+        "run_id": start.get("run_id", run_id),
+        "status": INCOMPLETE,
+        "incomplete_reasons": [*reasons, f"the full manifest failed: {error}"],
+        "source_commit": start.get("source_commit"),
+        "plan": {"path": plan_path, "sha256": start.get("plan_sha256")},
+        "approval": {
+            "path": f"plans/approvals/{start.get('run_id', run_id)}.json",
+            "sha256": start.get("approval_sha256"),
+        },
+        "started_at": start.get("started_at"),
+        "ended_at": ended_at,
+        "expected_items": len(expected),
+        "items": items,
+        "run_files": run_files,
+        "summary_files": [],
+        "partial_summary_files": partial,
+    }
+
+
+def write_final(
+    run_dir: Path, build: Callable[[], dict], fallback: Callable[[str], dict]
+) -> tuple[bytes | None, list[str]]:
+    """Write the manifest ``build()`` makes; if building or writing it fails for any
+    reason, write ``fallback(error)`` (see :func:`minimal_manifest`) instead.
+
+    Returns the bytes of the manifest written (None if even the fallback failed) and a
+    sentence for each failure met, for the terminal.
+    """
+    errors: list[str] = []
+    for make in (build, lambda: fallback(errors[0])):
+        try:
+            return write_manifest(run_dir, make()), errors
+        except Exception as err:  # noqa: BLE001 -- any failure still leaves a manifest
+            errors.append(describe(err))
+    return None, errors
+
+
+def describe(err: BaseException) -> str:
+    """An exception in one line with the place it was raised."""
+    frames = traceback.extract_tb(err.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(err).__name__}: {err}{where}"
 
 
 def format_exception() -> str:

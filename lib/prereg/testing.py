@@ -113,11 +113,12 @@ PINS = {
 }
 
 EXPERIMENT = """
-import json, os, signal
+import json, os, signal, time
 import pytest
 from prereg.plugin import stage_plan
 
 pytestmark = pytest.mark.research_stage("{stage}")
+TO_CONTROLLER = ("sigterm-controller", "sighup-controller", "sigint-controller")
 
 
 def pytest_generate_tests(metafunc):
@@ -139,6 +140,22 @@ def test_cell(cell, research):
             os.kill(os.getpid(), signal.SIGTERM)
         if bad["how"] == "exit":
             os._exit(3)
+        if bad["how"] == "nonfinite":
+            research.coords(score=float("nan"))
+        if bad["how"] in TO_CONTROLLER:
+            # The run's controller: this process when serial, the parent of an xdist worker.
+            controller = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
+            os.kill(controller, getattr(signal, bad["how"].split("-")[0].upper()))
+            (research.outputs / "signalled.txt").write_text("the controller was signalled")
+            time.sleep(600)  # still running when the controller ends the run
+    elif bad["how"] in TO_CONTROLLER and os.environ.get("PYTEST_XDIST_WORKER"):
+        # The other worker's items finish just after the controller was signalled.
+        signalled = research.outputs.parent / f"test_cell[cell{{bad['cell']}}]" / "signalled.txt"
+        for _ in range(600):
+            if signalled.exists():
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
 """
 
 

@@ -1,0 +1,427 @@
+"""Crash safety (issue 10, item 9): every failure still leaves an honest manifest.
+
+Each check performs the failure for real in a toy repository: a signal to the
+controller (SIGTERM, SIGHUP) serially and under ``-n 2``, a worker that ``os._exit``s, a
+NaN in an item's record or in a stage summary, an environment probe that raises, a full
+disk while ``items.jsonl`` grows. The manifest is ``incomplete`` and names the cause,
+finished items keep their true outcome, the partial outputs of every item folder are
+hashed (so the audit finds no extra file), and the manifest's bytes are recorded in git.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prereg import ledger, manifest
+from prereg.runs import INCOMPLETE, ITEM_LOG, MANIFEST
+from prereg.testing import ToyRepo, make_toy_repo, stage_spec
+
+pytestmark = pytest.mark.software
+
+RUN = "toy-20261130-001"
+
+
+def misbehaving(tmp_path: Path, how: str, cell: int, conftest: str = "") -> ToyRepo:
+    spec = stage_spec("toy", parameters={"cells": 4, "misbehave": {"cell": cell, "how": how}})
+    toy = make_toy_repo(tmp_path / how, {"toy": spec})
+    if conftest:
+        with open(toy.root / "conftest.py", "a") as handle:
+            handle.write(conftest)
+        toy.commit("A conftest that breaks the end of the run")
+    toy.approve("toy", RUN)
+    return toy
+
+
+def strict_json(data: bytes) -> object:
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"non-finite {constant} in a record")
+
+    return json.loads(data, parse_constant=refuse)
+
+
+def item(manifest_data: dict, cell: int) -> dict:
+    return next(i for i in manifest_data["items"] if i["nodeid"].endswith(f"[cell{cell}]"))
+
+
+def check_honest(toy: ToyRepo, cause: str) -> dict:
+    """Incomplete, naming ``cause``; every item folder hashed; the audit finds no extra
+    file; passed items passed in every phase; the manifest's bytes recorded in git."""
+    path = toy.run_dir(RUN) / MANIFEST
+    data = strict_json(path.read_bytes())
+    assert data["status"] == INCOMPLETE
+    assert any(cause in reason for reason in data["incomplete_reasons"]), data["incomplete_reasons"]
+    hashed = {
+        f"{i['output_dir']}/{o['path']}": o["sha256"]
+        for i in data["items"]
+        for o in i.get("outputs", [])
+    }
+    base = toy.run_dir(RUN) / "items"
+    present = {
+        p.relative_to(base).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in base.rglob("*")
+        if p.is_file()
+    }
+    assert present == hashed
+    for entry in data["items"]:
+        if entry["outcome"] == "passed":
+            assert entry["phases"] == {"setup": "passed", "call": "passed", "teardown": "passed"}
+    audit = toy.audit(RUN)
+    assert "extra file" not in audit.stdout + audit.stderr, audit.stdout
+    assert ledger.read(toy.root, ledger.manifest_ref(RUN)) == path.read_bytes()
+    return data
+
+
+@pytest.mark.parametrize(
+    "how, cause",
+    [
+        ("sigterm", "SIGTERM"),  # the item signals its own process: the serial controller
+        ("sigterm-controller", "SIGTERM"),
+        ("sighup-controller", "SIGHUP"),
+        ("sigint-controller", "KeyboardInterrupt"),
+    ],
+)
+def test_a_signalled_serial_run_writes_an_incomplete_manifest_hashing_partial_outputs(
+    tmp_path, how, cause
+):
+    toy = misbehaving(tmp_path, how, cell=1)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 2, done.stdout + done.stderr  # interrupted
+    data = check_honest(toy, cause)
+    assert item(data, 0)["outcome"] == "passed"
+    interrupted = item(data, 1)
+    assert interrupted["outcome"] == "interrupted"
+    assert {"partial.txt", "result.json"} <= {o["path"] for o in interrupted["outputs"]}
+    assert [item(data, c)["outcome"] for c in (2, 3)] == ["not run", "not run"]
+    log = (toy.run_dir(RUN) / ITEM_LOG).read_bytes().splitlines()
+    assert [strict_json(line)["nodeid"] for line in log] == [item(data, 0)["nodeid"]]
+
+
+@pytest.mark.parametrize(
+    "how, cause", [("sigterm-controller", "SIGTERM"), ("sighup-controller", "SIGHUP")]
+)
+def test_a_signalled_two_worker_run_keeps_the_true_outcome_of_items_that_finished(
+    tmp_path, how, cause
+):
+    # Cell 0 signals the controller and hangs; the other worker's items finish just
+    # after the signal, while xdist stops the workers: they passed and must say so.
+    toy = misbehaving(tmp_path, how, cell=0)
+    done = toy.pytest("--research-stage=toy", "-n", "2")
+    assert done.returncode == 2, done.stdout + done.stderr
+    data = check_honest(toy, cause)
+    hung = item(data, 0)
+    assert hung["outcome"] == "interrupted"
+    assert {"partial.txt", "signalled.txt"} <= {o["path"] for o in hung["outputs"]}
+    others = [item(data, c) for c in (1, 2, 3)]
+    started = [
+        i for i in others if (toy.run_dir(RUN) / "items" / i["nodeid"].split("::")[-1]).is_dir()
+    ]
+    assert started, "the other worker ran none of its items"
+    for entry in others:
+        assert entry["outcome"] == ("passed" if entry in started else "not run"), entry
+
+
+def test_a_worker_that_exits_leaves_its_partial_outputs_hashed_and_the_rest_passed(tmp_path):
+    toy = misbehaving(tmp_path, "exit", cell=1)
+    done = toy.pytest("--research-stage=toy", "-n", "2")
+    assert done.returncode != 0
+    data = check_honest(toy, "went down")
+    crashed = item(data, 1)
+    assert crashed["outcome"] == "error"
+    assert {"partial.txt", "result.json"} <= {o["path"] for o in crashed["outputs"]}
+    assert [item(data, c)["outcome"] for c in (0, 2, 3)] == ["passed"] * 3
+
+
+def test_a_nan_in_an_item_record_leaves_an_incomplete_manifest_naming_it(tmp_path):
+    toy = misbehaving(tmp_path, "nonfinite", cell=1)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 1, done.stdout + done.stderr
+    data = check_honest(toy, "coords.score: NaN")
+    assert item(data, 1)["coords"]["score"] == "NaN"
+    assert all(i["outcome"] == "passed" for i in data["items"])
+    for line in (toy.run_dir(RUN) / ITEM_LOG).read_bytes().splitlines():
+        strict_json(line)
+
+
+NAN_SUMMARY = """
+import dataclasses, math
+import prereg.stages
+from prereg.hashing import write_json
+
+
+def _nan_summary(view):
+    write_json(view.summary_dir / "partial.json", {"begun": True})
+    write_json(view.summary_dir / "score.json", {"score": math.nan})
+
+
+prereg.stages._registered["plain"] = dataclasses.replace(
+    prereg.stages.PLAIN, summarise=_nan_summary
+)
+"""
+
+FAILING_PROBE = """
+import prereg.manifest
+
+
+def _probe(**_):
+    raise RuntimeError("the environment probe broke")
+
+
+prereg.manifest.environment = _probe
+"""
+
+
+def test_a_nan_in_the_stage_summary_leaves_an_incomplete_manifest_with_the_partial_summary(
+    tmp_path,
+):
+    toy = misbehaving(tmp_path, "none", cell=-1, conftest=NAN_SUMMARY)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 1, done.stdout + done.stderr
+    data = check_honest(toy, "the stage summary failed")
+    assert any("not JSON compliant" in r for r in data["incomplete_reasons"])
+    assert data["summary_files"] == []
+    assert [e["path"] for e in data["partial_summary_files"]] == ["partial.json"]
+
+
+def test_a_failing_environment_probe_still_leaves_a_minimal_manifest(tmp_path):
+    toy = misbehaving(tmp_path, "none", cell=-1, conftest=FAILING_PROBE)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 1, done.stdout + done.stderr
+    data = check_honest(toy, "the environment probe broke")
+    assert data["minimal"] is True and "RuntimeError" in data["manifest_error"]
+    assert [i["outcome"] for i in data["items"]] == ["passed"] * 4
+    assert data["source_commit"] and data["approval"]["sha256"] and data["plan"]["sha256"]
+
+
+FILL_DISK = """
+import os
+import pytest
+
+
+def pytest_runtest_setup(item):
+    if item.callspec.params["cell"] == 3:
+        (item.config.rootpath / "runs" / "filler").unlink()  # the disk frees up again
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    result = yield
+    if item.callspec.params["cell"] == 1:  # after its outputs: fill runs/ to the last byte
+        item.funcargs["research"].coords(padding="x" * 16384)  # more than a page left over
+        fd = os.open(item.config.rootpath / "runs" / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, bytes(65536)):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return result
+"""
+
+
+def test_a_full_disk_while_items_jsonl_grows_leaves_whole_lines_and_a_manifest(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs over runs/ needs root; the in-process checks cover it")
+    toy = misbehaving(tmp_path, "none", cell=-1, conftest=FILL_DISK)
+    runs = toy.root / "runs"
+    runs.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(runs)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        done = toy.pytest("--research-stage=toy")
+        assert done.returncode == 1, done.stdout + done.stderr
+        data = check_honest(toy, f"{ITEM_LOG}: could not append the record")
+        assert (
+            item(data, 1)["outcome"] == "passed" and "bytes written" in item(data, 1)["log_error"]
+        )
+        assert item(data, 2)["outcome"] == "failed"  # its result.json met the full disk
+        assert "No space left on device" in item(data, 2)["tracebacks"]["call"]
+        records, problems = manifest.read_item_log(toy.run_dir(RUN))
+        assert problems == []  # the short write was cut back off: no torn line
+        assert item(data, 1)["nodeid"] not in {r["nodeid"] for r in records}
+        assert item(data, 3)["nodeid"] in {r["nodeid"] for r in records}
+    finally:
+        subprocess.run(["umount", "-l", str(runs)], check=False)
+
+
+# -- in process: manifest.py's own guarantees ------------------------------------------------
+
+
+def entry(n: int, **extra) -> dict:
+    return {"nodeid": f"experiments/test_toy.py::test_cell[cell{n}]", "phases": {}, **extra}
+
+
+def test_a_short_write_is_cut_back_and_named_and_the_next_append_is_whole(tmp_path, monkeypatch):
+    assert manifest.append_item(tmp_path, entry(0)) is None
+    before = (tmp_path / ITEM_LOG).read_bytes()
+    real_write = os.write
+    monkeypatch.setattr(manifest.os, "write", lambda fd, data: real_write(fd, data[:7]))
+    problem = manifest.append_item(tmp_path, entry(1))
+    assert problem and ITEM_LOG in problem and "cell1" in problem and "7 of" in problem
+    assert (tmp_path / ITEM_LOG).read_bytes() == before
+    monkeypatch.setattr(manifest.os, "write", real_write)
+    assert manifest.append_item(tmp_path, entry(2)) is None
+    records, problems = manifest.read_item_log(tmp_path)
+    assert [r["nodeid"][-6:-1] for r in records] == ["cell0", "cell2"] and problems == []
+
+
+def test_an_enospc_append_is_a_reason_not_an_exception(tmp_path, monkeypatch):
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(manifest.os, "write", full)
+    problem = manifest.append_item(tmp_path, entry(0))
+    assert "No space left on device" in problem
+
+
+def test_a_torn_line_is_closed_before_the_next_append(tmp_path):
+    (tmp_path / ITEM_LOG).write_bytes(b'{"nodeid": "a"}\n{"nodeid": "b", "pha')
+    assert manifest.append_item(tmp_path, entry(0)) is None
+    records, problems = manifest.read_item_log(tmp_path)
+    assert [r["nodeid"] for r in records] == ["a", entry(0)["nodeid"]]
+    assert len(problems) == 1 and "line 2" in problems[0] and "torn" in problems[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=8), max_size=3),
+        min_size=1,
+        max_size=5,
+    ),
+    st.floats(0, 1),
+)
+def test_the_reader_returns_the_whole_records_before_any_cut(tmp_path_factory, records, where):
+    folder = tmp_path_factory.mktemp("log")
+    for n, record in enumerate(records):
+        assert manifest.append_item(folder, {**record, "nodeid": str(n)}) is None
+    data = (folder / ITEM_LOG).read_bytes()
+    cut = int(where * len(data))
+    (folder / ITEM_LOG).write_bytes(data[:cut])
+    read, problems = manifest.read_item_log(folder)
+    whole = data[:cut].count(b"\n")
+    assert [r["nodeid"] for r in read][:whole] == [str(n) for n in range(whole)]
+    assert len(read) in (whole, whole + 1)  # cut just before a newline keeps a whole record
+    assert bool(problems) == (cut > 0 and data[cut - 1 : cut] != b"\n")
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+def count_nonfinite(value: object) -> int:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return sum(count_nonfinite(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(count_nonfinite(v) for v in value)
+    return 0
+
+
+@given(JSONISH)
+def test_finite_names_every_non_finite_number_and_leaves_strict_json(value):
+    clean, problems = manifest.finite(value, "x")
+    json.dumps(clean, allow_nan=False)
+    assert len(problems) == count_nonfinite(value)
+
+
+def minimal_inputs(run_dir: Path) -> dict:
+    return {
+        "run_dir": run_dir,
+        "start": {"stage": "toy", "run_id": RUN, "plan_sha256": "p", "approval_sha256": "a"},
+        "stage": "toy",
+        "run_id": RUN,
+        "plan_path": "plans/TOY_PLAN.json",
+        "items": [entry(0, outcome="passed", score=math.inf)],
+        "expected": [entry(0)["nodeid"]],
+        "reasons": ["interrupted"],
+        "ended_at": "now",
+    }
+
+
+def test_a_failing_build_writes_the_minimal_manifest_naming_the_error(tmp_path):
+    def build() -> dict:
+        raise KeyError("budget_seconds")
+
+    data, errors = manifest.write_final(
+        tmp_path,
+        build,
+        lambda error: manifest.minimal_manifest(**minimal_inputs(tmp_path), error=error),
+    )
+    written = strict_json((tmp_path / MANIFEST).read_bytes())
+    assert data == (tmp_path / MANIFEST).read_bytes() and len(errors) == 1
+    assert written["status"] == INCOMPLETE and written["minimal"] is True
+    reasons = " | ".join(written["incomplete_reasons"])
+    assert "KeyError" in reasons and "budget_seconds" in reasons and "interrupted" in reasons
+    assert "score: Infinity" in reasons
+
+
+def test_a_full_disk_at_the_manifest_leaves_the_smaller_minimal_one_and_no_temporary_file(
+    tmp_path, monkeypatch
+):
+    real = manifest._write_atomic
+    calls = []
+
+    def first_fails(path, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            real(path, data[: len(data) // 2])  # leaves nothing half-written: it is replaced
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(path, data)
+
+    monkeypatch.setattr(manifest, "_write_atomic", first_fails)
+    data, errors = manifest.write_final(
+        tmp_path,
+        lambda: {"status": "complete", "budget": {"seconds": math.nan}},
+        lambda error: manifest.minimal_manifest(**minimal_inputs(tmp_path), error=error),
+    )
+    assert data is not None and "No space left" in errors[0]
+    written = strict_json((tmp_path / MANIFEST).read_bytes())
+    assert any("No space left on device" in r for r in written["incomplete_reasons"])
+    assert [p.name for p in tmp_path.iterdir()] == [MANIFEST]
+
+
+def test_when_even_the_minimal_manifest_fails_nothing_half_written_is_left(tmp_path, monkeypatch):
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(manifest.os, "write", full)
+    data, errors = manifest.write_final(
+        tmp_path,
+        lambda: {"status": "complete"},
+        lambda error: manifest.minimal_manifest(**minimal_inputs(tmp_path), error=error),
+    )
+    assert data is None and len(errors) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_nan_budget_makes_the_manifest_incomplete_instead_of_losing_it(tmp_path):
+    built = {"status": "complete", "incomplete_reasons": [], "budget": {"seconds": math.nan}}
+    built["summary_files"] = [{"path": "s.json", "sha256": "0", "bytes": 1}]
+    written = strict_json(manifest.write_manifest(tmp_path, built))
+    assert written["status"] == INCOMPLETE and written["budget"]["seconds"] == "NaN"
+    assert (
+        written["summary_files"] == [] and written["partial_summary_files"][0]["path"] == "s.json"
+    )
+    assert "manifest.budget.seconds: NaN" in written["incomplete_reasons"][0]
