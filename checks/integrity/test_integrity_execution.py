@@ -426,3 +426,28 @@ def test_the_real_project_is_accounted_for_with_its_heavy_packages_loaded():
     in_progress = [line[3:] for line in status.splitlines()]
     unexplained = [p for p in json.loads(done.stdout) if not any(path in p for path in in_progress)]
     assert unexplained == []
+
+
+# -- xdist workers ----------------------------------------------------------------------------
+
+
+def test_workers_started_with_another_interpreter_or_environment_are_refused(toy, tmp_path):
+    """The gate checks its own process; ``--tx`` could run the items somewhere else."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "sitecustomize.py").write_text("import os\nos.environ['SWAPPED'] = '1'\n")
+    wrapper = outside / "python"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={outside} exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    marker = tmp_path / "marker"
+    (outside / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'a').write('ran')\n")
+    spec = f"2*popen//python={wrapper}"
+    software = toy.pytest("checks", "--dist", "load", "--tx", spec)
+    assert software.returncode == 0 and marker.read_text() == "ranran", "the workers ran it"
+    for spec in (f"popen//python={wrapper}", f"popen//env:PYTHONPATH={outside}", "popen//chdir=/"):
+        done = toy.pytest("--research-stage=toy", "--dist", "load", "--tx", f"2*{spec}")
+        assert_refused(toy, done, "xdist worker spec", spec)
+
+
+def test_workers_of_this_interpreter_pass(toy):
+    assert_runs(toy, toy.pytest("--research-stage=toy", "-n", "2"))

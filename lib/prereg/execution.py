@@ -47,6 +47,7 @@ import importlib.util
 import json
 import marshal
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -590,6 +591,56 @@ def _ignored_problems(checkout: Checkout, plugins: list[tuple[str, object]]) -> 
     return found
 
 
+# -- xdist workers -------------------------------------------------------------------------
+
+
+def _config(plugins: list[tuple[str, object]]) -> object | None:
+    """The pytest config among the plugins (pytest registers it as ``pytestconfig``)."""
+    return dict(plugins).get("pytestconfig")
+
+
+def worker_specs(plugins: list[tuple[str, object]]) -> list[str]:
+    """The xdist worker specifications (``--tx``; ``-n N`` gives N times ``popen``)."""
+    config = _config(plugins)
+    option = getattr(config, "option", None)
+    specs = []
+    for spec in getattr(option, "tx", None) or []:
+        count, star, rest = str(spec).partition("*")
+        specs.extend([rest] * int(count) if star and count.isdigit() else [str(spec)])
+    return specs
+
+
+def _worker_problems(plugins: list[tuple[str, object]]) -> list[str]:
+    """xdist workers run the items: they must be this interpreter, here, with this environment.
+
+    The gate checks this process; a ``--tx`` spec could start workers with another
+    interpreter (a wrapper setting PYTHONPATH), other variables (``env:``), in another
+    folder (``chdir=``) or on another machine. Only ``popen`` with this interpreter is allowed.
+    """
+    found = []
+    me = _real(sys.executable)
+    for spec in sorted(set(worker_specs(plugins))):
+        kind, *options = spec.split("//")
+        wrong = [] if kind == "popen" else [kind]
+        for option in options:
+            key, _, value = option.partition("=")
+            python = shutil.which(value) or value if key == "python" else None
+            if key == "id" or (python is not None and _real(python) == me):
+                continue
+            wrong.append(option)
+        if wrong:
+            found.append(
+                f"xdist worker spec --tx {spec} ({', '.join(wrong)}) would run the items with "
+                "code or an environment the gate did not check: use -n N (workers of this "
+                "interpreter, here)"
+            )
+    option = getattr(_config(plugins), "option", None)
+    for name in ("px", "rsyncdir"):
+        if getattr(option, name, None):
+            found.append(f"xdist option --{name} is not allowed in a research run: use -n N")
+    return found
+
+
 # -- the two entry points -------------------------------------------------------------------
 
 
@@ -610,6 +661,7 @@ def problems(root: Path, plugins: list[tuple[str, object]]) -> list[str]:
             "without -O and unset PYTHONOPTIMIZE"
         )
     found += _module_problems(env, loaded_files(plugins))
+    found += _worker_problems(plugins)
     found += _pth_problems(env)
     for checkout in env.checkouts:
         found += _ignored_problems(checkout, plugins)
@@ -665,6 +717,7 @@ def record(root: Path, plugins: list[tuple[str, object]]) -> dict:
     return {
         **{name: os.environ.get(name) for name in RECORDED_VARIABLES},
         "python_optimize": sys.flags.optimize,
+        "xdist_workers": worker_specs(plugins),
         "plugins": sorted(plugin_records, key=lambda p: p["name"]),
         **{
             name: _file_record(_module_file(sys.modules[name]), env)
