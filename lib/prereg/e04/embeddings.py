@@ -391,21 +391,27 @@ class LMStudioBackend:
             )
         return handle
 
+    def _check_unchanged_since(self, before: Any) -> None:
+        after, info = self._resident()
+        if (after.identifier, info.instance_reference) != self._instance:
+            raise LMStudioResidencyError(
+                f"the loaded instance of {self.model_key!r} changed during embedding "
+                f"(identifier, instanceReference {self._instance} -> "
+                f"{(after.identifier, info.instance_reference)}); the vectors are discarded"
+            )
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed through the resident handle, checking residency before and after."""
         items = checked_texts(texts)
         before = self.verify_residency()
         if not items:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        raw = before.embed(items)
-        after, info = self._resident()
-        if (after.identifier, info.instance_reference) != self._instance:
-            raise LMStudioResidencyError(
-                f"the loaded instance of {self.model_key!r} changed during embedding "
-                f"({before.identifier!r} -> {after.identifier!r}, instanceReference "
-                f"{self._instance[1]!r} -> {info.instance_reference!r}); the vectors are "
-                "discarded"
-            )
+        try:
+            raw = before.embed(items)
+        except Exception:
+            self._check_unchanged_since(before)  # a swap mid-call: say so, not only the SDK
+            raise
+        self._check_unchanged_since(before)
         if len(raw) != len(items):
             raise EmbeddingOutputError(
                 f"LM Studio returned {len(raw)} vectors for {len(items)} texts"
