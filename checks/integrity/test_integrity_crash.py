@@ -16,6 +16,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,48 @@ def test_a_signalled_two_worker_run_keeps_the_true_outcome_of_items_that_finishe
     assert started, "the other worker ran none of its items"
     for entry in others:
         assert entry["outcome"] == ("passed" if entry in started else "not run"), entry
+
+
+def test_ctrl_c_of_a_two_worker_run_keeps_every_finished_item_and_hashes_the_rest(tmp_path):
+    # Ctrl-C in a terminal: SIGINT to the controller and its workers at once (their own
+    # process group here, so the signal reaches no one else).
+    toy = misbehaving(tmp_path, "ctrl-c", cell=0)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--research-stage=toy"]
+        + ["-n", "2"],
+        cwd=toy.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    data = check_honest(toy, "KeyboardInterrupt")
+    assert item(data, 0)["outcome"] == "interrupted"
+    for entry in data["items"]:
+        if entry["phases"].get("teardown") == "passed" and entry["phases"].get("call") == "passed":
+            assert entry["outcome"] == "passed"
+        if entry.get("outputs"):
+            assert entry["outcome"] != "not run"
+
+
+def test_a_manifest_that_cannot_be_recorded_in_git_stays_and_the_terminal_says_so(tmp_path):
+    toy = misbehaving(tmp_path, "none", cell=-1)
+    planted = subprocess.run(
+        ["git", "-C", str(toy.root), "hash-object", "-w", "--stdin"],
+        input=b"not this run's manifest",
+        capture_output=True,
+        check=True,
+    )
+    toy.git("update-ref", ledger.manifest_ref(RUN), planted.stdout.decode().strip())
+    done = toy.pytest("--research-stage=toy")
+    assert "WARNING: the manifest's SHA-256 could not be recorded in git" in done.stdout
+    assert ledger.manifest_ref(RUN) in done.stdout
+    assert strict_json((toy.run_dir(RUN) / MANIFEST).read_bytes())["status"] == "complete"
+    assert ledger.read(toy.root, ledger.manifest_ref(RUN)) == b"not this run's manifest"
 
 
 def test_a_worker_that_exits_leaves_its_partial_outputs_hashed_and_the_rest_passed(tmp_path):

@@ -148,6 +148,15 @@ def test_cell(cell, research):
             os.kill(controller, getattr(signal, bad["how"].split("-")[0].upper()))
             (research.outputs / "signalled.txt").write_text("the controller was signalled")
             time.sleep(600)  # still running when the controller ends the run
+        if bad["how"] == "ctrl-c":
+            # Ctrl-C: SIGINT to the run's whole process group, only when the controller leads
+            # one of its own (started with start_new_session); otherwise to the controller.
+            controller = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
+            if os.getpgid(0) == controller:
+                os.killpg(controller, signal.SIGINT)
+            else:
+                os.kill(controller, signal.SIGINT)
+            time.sleep(600)
     elif bad["how"] in TO_CONTROLLER and os.environ.get("PYTEST_XDIST_WORKER"):
         # The other worker's items finish just after the controller was signalled.
         signalled = research.outputs.parent / f"test_cell[cell{{bad['cell']}}]" / "signalled.txt"
