@@ -180,6 +180,18 @@ def test_a_conftest_above_the_root_with_confcutdir_is_refused(toy, tmp_path):
     assert len(found) == 1 and str(above) in found[0] and "outside the approved" in found[0]
 
 
+def test_a_path_entry_outside_the_checkout_is_refused_before_anything_is_imported_from_it(
+    toy, tmp_path
+):
+    """A module the experiment imports only during collection, after the gate, would come
+    from PYTHONPATH unchecked: the entry itself is refused."""
+    outside = tmp_path / "later"
+    outside.mkdir()
+    (outside / "shadowed_helper.py").write_text("X = 'not approved'\n")
+    done = toy.pytest("--research-stage=toy", env={"PYTHONPATH": str(outside)})
+    assert_refused(toy, done, f"sys.path entry {outside}")
+
+
 def test_a_sitecustomize_outside_the_standard_library_is_refused(toy, tmp_path):
     outside = tmp_path / "custom"
     outside.mkdir()

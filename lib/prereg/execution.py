@@ -367,6 +367,27 @@ def _module_problems(env: Environment, files: dict[str, list[str]]) -> list[str]
     return found
 
 
+def _path_problems(env: Environment) -> list[str]:
+    """``sys.path`` entries from which a later import (during collection or in an item,
+    after the gate) could load code that nothing accounts for."""
+    found = []
+    for entry in sys.path:
+        path = _real(entry or os.getcwd())
+        if not os.path.exists(path):
+            continue  # the import system never looks there again (path_importer_cache)
+        allowed = [*env.sites, *(c.top for c in env.checkouts), *env.stdlib]
+        if any(_under(path, folder) for folder in allowed) and (
+            not os.path.isfile(path) or env.account(path) is None
+        ):
+            continue
+        found.append(
+            f"sys.path entry {entry or '(current folder)'} lies outside the approved checkout, "
+            "the standard library and site-packages: code imported from it later would run "
+            "unchecked; unset PYTHONPATH (or PYTEST_ADDOPTS/pythonpath options adding it)"
+        )
+    return found
+
+
 def _pth_problems(env: Environment) -> list[str]:
     found = []
     for folder in env.sites:
@@ -662,6 +683,7 @@ def problems(root: Path, plugins: list[tuple[str, object]]) -> list[str]:
         )
     found += _module_problems(env, loaded_files(plugins))
     found += _worker_problems(plugins)
+    found += _path_problems(env)
     found += _pth_problems(env)
     for checkout in env.checkouts:
         found += _ignored_problems(checkout, plugins)
