@@ -218,6 +218,7 @@ PIPELINE_ATTACKS = [
     ("sample-count-one", "stages.calibration.parameters.simulation.n", [1, 5], "simulation.n[0]"),
     ("statements-zero", "stages.calibration.parameters.monte_carlo_bound.statements", 0, "monte_carlo_bound.statements"),
     ("candidate-count-zero", "stages.confirmatory-config.parameters.candidate_counts", [0, 5], "candidate_counts[0]"),
+    ("candidate-not-calibrated", "stages.confirmatory-config.parameters.candidate_counts", [5, 7], "candidate_counts lists [7]"),
     ("half-width-zero", "stages.confirmatory-config.parameters.target_half_width_nats", 0, "target_half_width_nats"),
     ("batch-size-zero", "parameters.training.batch_size", 0, "training.batch_size"),
     ("max-epochs-negative", "parameters.training.max_epochs", -1, "training.max_epochs"),

@@ -66,6 +66,15 @@ def validate_plan(plan, stage: str) -> None:
             f"{plan.path}: field stages.{variance_stage.STAGE}.parameters.replicates is "
             f"{replicates!r}; the planning rule needs an integer >= 2 (df = replicates - 1)"
         )
+    if calibration_stage.STAGE in plan.stages:
+        grid = plan.stage(calibration_stage.STAGE)["parameters"]["simulation"]["n"]
+        missing = [n for n in params["candidate_counts"] if n not in grid]
+        if missing:
+            raise SchemaError(
+                f"{plan.path}: field stages.{stage}.parameters.candidate_counts lists {missing}, "
+                f"which the calibration grid (stages.{calibration_stage.STAGE}.parameters."
+                f"simulation.n = {grid}) does not calibrate; the rule would fail after the run"
+            )
 
 
 def sd_bound(plan: dict) -> dict:
