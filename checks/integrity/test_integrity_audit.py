@@ -1,0 +1,558 @@
+"""The audit cross-checks every record of a run, and never crashes (issue 10, item 8).
+
+Each check tampers with an honest toy run as a hurried researcher or a careless machine
+would (edit, delete, re-hash) and asks ``prereg audit`` in a real subprocess: exit 1 and
+a finding naming the file and field. Honest runs (serial, ``-n 2``, failed) audit clean;
+a run that cannot be checked against git exits 3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from prereg import ledger
+from prereg.audit import COMPLETE_FIELDS, MANIFEST_FIELDS
+from prereg.hashing import sha256_file, write_json
+from prereg.testing import ToyRepo, make_toy_repo, stage_spec
+
+pytestmark = pytest.mark.software
+
+RUN = "toy-20261130-001"
+PARALLEL = "toy-20261130-002"
+FIRST = "experiments/test_toy.py::test_cell[cell0]"
+
+
+def _recorded(toy: ToyRepo, run_id: str) -> None:
+    """The controller recorded start.json and manifest.json in git, byte for byte."""
+    run = toy.run_dir(run_id)
+    for name, ref in (
+        ("start.json", ledger.start_ref(run_id)),
+        ("manifest.json", ledger.manifest_ref(run_id)),
+    ):
+        assert ledger.read(toy.root, ref) == (run / name).read_bytes(), ref
+
+
+def _honest(root: Path, spec: dict, *runs: tuple[str, tuple[str, ...]]) -> ToyRepo:
+    toy = make_toy_repo(root, {"toy": spec})
+    for run_id, args in runs:
+        toy.approve("toy", run_id)
+        toy.pytest("--research-stage=toy", f"--run-id={run_id}", *args)
+        assert (toy.run_dir(run_id) / "manifest.json").is_file()
+        _recorded(toy, run_id)
+    return toy
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory) -> ToyRepo:
+    """A complete serial run and a complete ``-n 2`` run of the toy stage."""
+    root = tmp_path_factory.mktemp("honest") / "toy"
+    return _honest(root, stage_spec("toy"), (RUN, ()), (PARALLEL, ("-n", "2")))
+
+
+@pytest.fixture(scope="module")
+def failed(tmp_path_factory) -> ToyRepo:
+    """An incomplete run: one cell raises."""
+    root = tmp_path_factory.mktemp("failed") / "toy"
+    spec = stage_spec("toy", parameters={"cells": 4, "misbehave": {"cell": 1, "how": "raise"}})
+    return _honest(root, spec, (RUN, ()))
+
+
+def clone(toy: ToyRepo, tmp_path: Path) -> ToyRepo:
+    """A private copy of a repository with its runs (and its git records)."""
+    target = tmp_path / "copy"
+    shutil.copytree(toy.root, target, symlinks=True, ignore=shutil.ignore_patterns("audits"))
+    return ToyRepo(target)
+
+
+def read(run: Path, name: str = "manifest.json") -> dict:
+    return json.loads((run / name).read_text())
+
+
+def rehash(run: Path, manifest: dict) -> dict:
+    """Make the manifest's hashes agree with the files again, as a careful forger would."""
+    for entry in manifest["run_files"]:
+        path = run / entry["path"]
+        if path.is_file():
+            entry.update(sha256=sha256_file(path), bytes=path.stat().st_size)
+    for item in manifest["items"]:
+        for entry in item.get("outputs", []):
+            path = run / "items" / item["output_dir"] / entry["path"]
+            entry.update(sha256=sha256_file(path), bytes=path.stat().st_size)
+    return manifest
+
+
+def audit(toy: ToyRepo, run_id: str = RUN, *extra: str) -> subprocess.CompletedProcess:
+    done = toy.audit(run_id, *extra)
+    assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    return done
+
+
+def assert_finding(done: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("  - ")]
+    for fragment in fragments:
+        assert any(fragment in line for line in lines), (fragment, done.stdout)
+
+
+# -- honest runs --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run_id", [RUN, PARALLEL])
+def test_honest_serial_and_parallel_runs_audit_clean_and_do_not_claim_a_replay(honest, run_id):
+    done = audit(honest, run_id)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "clean (run status: complete" in done.stdout
+    assert "replay included" not in done.stdout and "replayed" not in done.stdout
+    assert "stage kind 'plain' has none" in done.stdout
+
+
+def test_an_honest_failed_run_audits_clean_as_incomplete_and_is_not_replayed(failed):
+    done = audit(failed)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "clean (run status: incomplete; not replayed: the run is not complete)" in done.stdout
+
+
+def test_a_replay_is_claimed_only_when_one_ran(honest, monkeypatch):
+    from prereg import stages
+    from prereg.audit import audit_run
+
+    ran = []
+    kind = stages.StageKind(name="plain", replay=lambda view: ran.append(view.stage) or [])
+    monkeypatch.setitem(stages._registered, "plain", kind)
+    result = audit_run(honest.root, honest.run_dir(RUN))
+    assert result.verdict == "clean" and result.replayed and ran == ["toy"]
+    skipped = audit_run(honest.root, honest.run_dir(RUN), replay=False)
+    assert skipped.verdict == "clean" and not skipped.replayed and ran == ["toy"]
+
+
+def test_a_replay_that_crashes_is_a_finding(honest, monkeypatch):
+    from prereg import stages
+    from prereg.audit import audit_run
+
+    def crash(view):
+        raise KeyError("summary_value")
+
+    monkeypatch.setitem(stages._registered, "plain", stages.StageKind(name="plain", replay=crash))
+    result = audit_run(honest.root, honest.run_dir(RUN))
+    assert result.verdict == "findings" and result.replayed
+    assert "replay of stage kind 'plain' failed" in result.findings[0]
+
+
+# -- manifest edits -----------------------------------------------------------------------------
+
+
+def _edit_manifest(toy: ToyRepo, change) -> Path:
+    run = toy.run_dir(RUN)
+    manifest = read(run)
+    change(manifest)
+    write_json(run / "manifest.json", manifest)
+    return run
+
+
+@pytest.mark.parametrize(
+    "field, change, fragments",
+    [
+        (
+            "deviations",
+            lambda m: m.update(deviations=[]),
+            ["manifest.json: field deviations is [], but approval.json field deviations"],
+        ),
+        (
+            "seed_namespace",
+            lambda m: m.update(seed_namespace="toy-2.0"),
+            ['manifest.json: field seed_namespace is "toy-2.0", but approval.json field'],
+        ),
+        (
+            "source_anchor",
+            lambda m: m.update(source_anchor="0" * 40),
+            ["manifest.json: field source_anchor is", "but approval.json field source_anchor"],
+        ),
+        (
+            "baseline_sha256",
+            lambda m: m.update(baseline_sha256="0" * 64),
+            ["manifest.json: field baseline_sha256 is", "approval.json field baseline.sha256"],
+        ),
+        (
+            "inputs",
+            lambda m: m.update(inputs={"extra": {"path": "/x", "kind": "file"}}),
+            ["manifest.json: field inputs is", "approval.json field inputs is {}"],
+        ),
+        (
+            "requires",
+            lambda m: m.update(requires={"other": {"run_id": "other-20261130-001"}}),
+            ["manifest.json: field requires is"],
+        ),
+        (
+            "plan.sha256",
+            lambda m: m["plan"].update(sha256="0" * 64),
+            ["manifest.json: field plan.sha256 is", "start.json field plan_sha256"],
+        ),
+        (
+            "started_at",
+            lambda m: m.update(started_at="2026-11-30T00:00:00.000+00:00"),
+            ["manifest.json: field started_at is", "but start.json field started_at"],
+        ),
+        (
+            "source_commit",
+            lambda m: m.update(source_commit=m["source_anchor"]),
+            ["manifest.json: field source_commit is", "but start.json field source_commit"],
+        ),
+        (
+            "status",
+            lambda m: m.update(status="incomplete"),
+            ["manifest.json: field status is incomplete but incomplete_reasons is empty"],
+        ),
+        (
+            "expected_items",
+            lambda m: m.update(expected_items=5),
+            ["manifest.json: field status is complete but expected_items is 5"],
+        ),
+        (
+            "items",
+            lambda m: m["items"].pop(),
+            ["items.jsonl line", "is not in manifest.json field items"],
+        ),
+    ],
+)
+def test_each_manifest_field_edit_is_a_finding_naming_the_field(
+    honest, tmp_path, field, change, fragments
+):
+    toy = clone(honest, tmp_path)
+    _edit_manifest(toy, change)
+    assert_finding(
+        audit(toy),
+        *fragments,
+        "manifest.json differs from its record in git (refs/prereg/runs/toy-20261130-001/manifest)",
+    )
+
+
+def test_an_item_outcome_changed_disagrees_with_items_jsonl_and_junit(honest, tmp_path):
+    toy = clone(honest, tmp_path)
+
+    def skip_first(manifest):
+        manifest["items"][0]["outcome"] = "skipped"
+
+    _edit_manifest(toy, skip_first)
+    assert_finding(
+        audit(toy),
+        f'items.jsonl line 1 ({FIRST}): field outcome is "passed", but manifest.json field '
+        'items[0].outcome is "skipped"',
+        "junit.xml: testcase experiments.test_toy.test_cell[cell0] passed, but manifest.json "
+        f"gives item {FIRST} outcome skipped",
+        "manifest.json: field status is complete but 1 item(s) did not pass",
+    )
+
+
+def test_a_failed_run_relabelled_complete_is_a_finding(failed, tmp_path):
+    toy = clone(failed, tmp_path)
+    run = toy.run_dir(RUN)
+    manifest = read(run)
+    bad = next(i for i in manifest["items"] if i["outcome"] == "failed")
+    bad["outcome"], bad["phases"]["call"] = "passed", "passed"
+    bad.pop("tracebacks")
+    manifest.update(status="complete", incomplete_reasons=[])
+    write_json(run / "manifest.json", manifest)
+    assert_finding(
+        audit(toy),
+        f'items.jsonl line 2 ({bad["nodeid"]}): field outcome is "failed"',
+        f"items.jsonl line 2 ({bad['nodeid']}): field phases",
+        "junit.xml: testcase experiments.test_toy.test_cell[cell1] failed, but manifest.json",
+    )
+
+
+@pytest.mark.parametrize("name", ["items.jsonl", "junit.xml", "start.json"])
+def test_a_deleted_run_file_is_a_finding_even_when_the_manifest_forgets_it(honest, tmp_path, name):
+    toy = clone(honest, tmp_path)
+    run = toy.run_dir(RUN)
+    (run / name).unlink()
+    _edit_manifest(
+        toy, lambda m: m.update(run_files=[e for e in m["run_files"] if e["path"] != name])
+    )
+    fragments = [f"manifest.json: field run_files does not list {name}", f"missing file: {name}"]
+    if name == "start.json":
+        fragments.append("start.json is missing, but git records it")
+    assert_finding(audit(toy), *fragments)
+
+
+def test_a_junit_outcome_edited_and_rehashed_is_a_finding(honest, tmp_path):
+    toy = clone(honest, tmp_path)
+    run = toy.run_dir(RUN)
+    junit = run / "junit.xml"
+    junit.write_text(
+        junit.read_text()
+        .replace('name="test_cell[cell0]" time="', 'name="test_cell[cell0]" file="x" time="')
+        .replace("/></testsuite>", "><failure message='x'/></testcase></testsuite>")
+    )
+    _edit_manifest(toy, lambda m: rehash(run, m))
+    done = audit(toy)
+    assert_finding(done, "junit.xml: testcase experiments.test_toy.test_cell", "failed, but")
+
+
+def test_an_item_log_line_edited_and_rehashed_is_a_finding(honest, tmp_path):
+    toy = clone(honest, tmp_path)
+    run = toy.run_dir(RUN)
+    log = run / "items.jsonl"
+    lines = log.read_text().splitlines()
+    entry = json.loads(lines[0])
+    entry["outputs"][0]["sha256"] = "0" * 64
+    lines[0] = json.dumps(entry, sort_keys=True)
+    log.write_text("\n".join(lines) + "\n")
+    _edit_manifest(toy, lambda m: rehash(run, m))
+    assert_finding(
+        audit(toy), f"items.jsonl line 1 ({FIRST}): field outputs is", "items[0].outputs is"
+    )
+
+
+def test_a_torn_item_log_is_a_finding(honest, tmp_path):
+    toy = clone(honest, tmp_path)
+    run = toy.run_dir(RUN)
+    log = run / "items.jsonl"
+    log.write_bytes(log.read_bytes()[:-40])
+    _edit_manifest(toy, lambda m: rehash(run, m))
+    assert_finding(
+        audit(toy),
+        "items.jsonl: the last line has no line end",
+        "items.jsonl line 4: not valid JSON",
+        "finished, but items.jsonl has no line for it",
+    )
+
+
+def test_an_edited_start_record_is_a_finding_against_git_and_the_manifest(honest, tmp_path):
+    toy = clone(honest, tmp_path)
+    run = toy.run_dir(RUN)
+    start = read(run, "start.json")
+    start["started_at"] = "2026-01-01T00:00:00.000+00:00"
+    write_json(run / "start.json", start)
+    _edit_manifest(toy, lambda m: rehash(run, m))
+    assert_finding(
+        audit(toy),
+        "start.json differs from its record in git (refs/prereg/runs/toy-20261130-001/start)",
+        "manifest.json: field started_at is",
+    )
+
+
+def test_a_renamed_run_folder_is_a_finding(honest, tmp_path):
+    toy = clone(honest, tmp_path)
+    toy.run_dir(RUN).rename(toy.run_dir("toy-20261130-009"))
+    assert_finding(
+        audit(toy, "toy-20261130-009"),
+        "manifest.json: field run_id is 'toy-20261130-001', but the run folder is named "
+        "'toy-20261130-009'",
+    )
+
+
+# -- malformed records: findings, never a traceback -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("{ not json", "manifest.json: cannot be read as JSON"),
+        ("[1, 2]", "manifest.json: holds a JSON list, not an object"),
+        ('{"status": NaN}', "manifest.json: cannot be read as JSON"),
+        ("\xff\xfe", "manifest.json: cannot be read as JSON"),
+    ],
+)
+def test_a_manifest_that_is_not_json_is_a_finding_not_a_traceback(honest, tmp_path, text, fragment):
+    toy = clone(honest, tmp_path)
+    (toy.run_dir(RUN) / "manifest.json").write_bytes(text.encode("latin-1"))
+    done = audit(toy)
+    assert_finding(done, fragment, "manifest.json differs from its record in git")
+    assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        (lambda m: m.pop("deviations"), "manifest.json: missing field deviations"),
+        (lambda m: m.update(items="all passed"), "manifest.json: field items must be a list"),
+        (lambda m: m.update(status="done"), "manifest.json: field status is 'done'"),
+        (lambda m: m["items"][0].pop("phases"), "manifest.json: missing field items[0].phases"),
+        (lambda m: m.update(run_files=[{"path": 3}]), "manifest.json: field run_files[0]"),
+        (lambda m: m.update(expected_items="4"), "manifest.json: field expected_items"),
+    ],
+)
+def test_a_missing_or_mistyped_field_is_a_finding_naming_it(honest, tmp_path, change, fragment):
+    toy = clone(honest, tmp_path)
+    _edit_manifest(toy, change)
+    assert_finding(audit(toy), fragment)
+
+
+@pytest.mark.parametrize("name", ["start.json", "approval.json"])
+def test_a_record_that_is_not_json_is_a_finding(honest, tmp_path, name):
+    toy = clone(honest, tmp_path)
+    run = toy.run_dir(RUN)
+    (run / name).write_text("}")
+    _edit_manifest(toy, lambda m: rehash(run, m))
+    assert_finding(audit(toy), f"{name}: cannot be read as JSON")
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+MANIFEST_KEYS = sorted({**MANIFEST_FIELDS, **COMPLETE_FIELDS})
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(key=st.sampled_from(MANIFEST_KEYS), value=json_values)
+def test_property_any_value_in_any_manifest_field_gives_findings_never_an_exception(
+    honest, key, value
+):
+    from prereg.audit import audit_run
+
+    run = honest.run_dir(RUN)
+    manifest_path = run / "manifest.json"
+    original = manifest_path.read_bytes()
+    manifest = json.loads(original)
+    if manifest.get(key) == value:
+        return
+    manifest[key] = value
+    try:
+        write_json(manifest_path, manifest)
+        result = audit_run(honest.root, run, replay=False)
+    finally:
+        manifest_path.write_bytes(original)
+    assert result.verdict == "findings"
+    assert any("manifest.json" in f for f in result.findings)
+
+
+# -- git records ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["start", "manifest"])
+def test_a_deleted_git_record_is_a_finding(honest, tmp_path, which):
+    toy = clone(honest, tmp_path)
+    ref = getattr(ledger, f"{which}_ref")(RUN)
+    toy.git("update-ref", "-d", ref)
+    assert_finding(audit(toy), f"git has no record {ref}")
+
+
+def test_a_run_folder_copied_to_another_run_id_has_no_git_record(honest, tmp_path):
+    """A forged run: an honest folder copied under an unspent run id, records rewritten."""
+    toy = clone(honest, tmp_path)
+    forged = "toy-20261130-007"
+    shutil.copytree(toy.run_dir(RUN), toy.run_dir(forged))
+    run = toy.run_dir(forged)
+    for name in ("start.json", "approval.json"):
+        record = read(run, name)
+        record["run_id"] = forged
+        write_json(run / name, record)
+    manifest = read(run)
+    manifest.update(
+        run_id=forged,
+        approval={
+            "path": f"plans/approvals/{forged}.json",
+            "sha256": sha256_file(run / "approval.json"),
+        },
+    )
+    write_json(run / "manifest.json", rehash(run, manifest))
+    assert_finding(
+        audit(toy, forged),
+        f"git has no record refs/prereg/runs/{forged}/start",
+        f"git has no record refs/prereg/runs/{forged}/manifest",
+        f"plans/approvals/{forged}.json is not committed at the run's commit",
+    )
+
+
+def test_a_forged_plain_run_with_rehashed_outputs_is_refused_as_a_dependency(tmp_path):
+    stages = {
+        "toy": stage_spec("toy"),
+        "later": stage_spec("later", requires=["toy"], seed_namespace="later-1.0"),
+    }
+    toy = make_toy_repo(tmp_path / "toy", stages)
+    toy.approve("toy", RUN)
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    _recorded(toy, RUN)
+    run = toy.run_dir(RUN)
+    result = run / "items" / "test_cell[cell0]" / "result.json"
+    result.write_text('{"x": [0.0, 0.0, 0.0]}')  # a better-looking result
+    manifest = rehash(run, read(run))
+    log = run / "items.jsonl"
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    for line in lines:
+        line["outputs"] = next(i for i in manifest["items"] if i["nodeid"] == line["nodeid"])[
+            "outputs"
+        ]
+    log.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+    write_json(run / "manifest.json", rehash(run, manifest))
+    assert_finding(audit(toy), "manifest.json differs from its record in git")
+    done = toy.approve("later", "later-20261130-001", check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"required toy run {RUN} does not audit clean" in done.stderr
+    assert "manifest.json differs from its record in git" in done.stderr
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+
+def test_a_bound_input_edited_after_the_run_is_a_finding(tmp_path):
+    data = tmp_path / "data.txt"
+    data.write_text("the approved input\n")
+    toy = make_toy_repo(tmp_path / "toy", {"toy": stage_spec("toy", inputs=["data"])})
+    toy.approve("toy", RUN, "--input", f"data={data}")
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    _recorded(toy, RUN)
+    assert audit(toy).returncode == 0
+    data.write_text("an input edited afterwards\n")
+    assert_finding(
+        audit(toy), "approval.json field inputs.data:", "the approval binds", "changed after"
+    )
+    data.unlink()
+    assert_finding(audit(toy), "approval.json field inputs.data: the bound file")
+
+
+# -- could not audit ------------------------------------------------------------------------------
+
+
+def _prereg(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "prereg.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_a_run_folder_outside_any_git_repository_could_not_be_audited(honest, tmp_path):
+    outside = tmp_path / "loose"
+    shutil.copytree(honest.run_dir(RUN), outside / RUN)
+    done = _prereg(outside, "audit", RUN)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "could not audit" in done.stdout and "is not a git repository" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+    again = _prereg(outside, "audit", RUN, "--repo", str(honest.root))
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_a_repository_without_the_runs_commit_could_not_audit_it(honest, tmp_path):
+    other = make_toy_repo(tmp_path / "other")
+    shutil.copytree(honest.run_dir(RUN), other.run_dir(RUN))
+    done = audit(other)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "is not in the repository" in done.stdout
+
+
+def test_a_missing_run_folder_could_not_be_audited(honest):
+    done = audit(honest, "toy-20261130-099")
+    assert done.returncode == 3 and "is not a folder" in done.stdout
