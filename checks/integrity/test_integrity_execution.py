@@ -192,6 +192,16 @@ def test_a_path_entry_outside_the_checkout_is_refused_before_anything_is_importe
     assert_refused(toy, done, f"sys.path entry {outside}")
 
 
+def test_a_run_started_from_command_line_code_is_refused(toy):
+    """``python -c`` could patch the gate in memory before calling pytest."""
+    code = (
+        "import sys, pytest\n"
+        "sys.exit(pytest.main(['-p', 'no:cacheprovider', '--research-stage=toy']))\n"
+    )
+    done = toy.run(sys.executable, "-c", code)
+    assert_refused(toy, done, "python -c")
+
+
 def test_a_sitecustomize_outside_the_standard_library_is_refused(toy, tmp_path):
     outside = tmp_path / "custom"
     outside.mkdir()
@@ -436,7 +446,11 @@ def test_the_real_project_is_accounted_for_with_its_heavy_packages_loaded():
         check=True,
     ).stdout
     in_progress = [line[3:] for line in status.splitlines()]
-    unexplained = [p for p in json.loads(done.stdout) if not any(path in p for path in in_progress)]
+    unexplained = [
+        p
+        for p in json.loads(done.stdout)
+        if not any(path in p for path in in_progress) and "(python -c)" not in p  # this probe
+    ]
     assert unexplained == []
 
 

@@ -367,6 +367,22 @@ def _module_problems(env: Environment, files: dict[str, list[str]]) -> list[str]
     return found
 
 
+def _main_problems() -> list[str]:
+    """The process must be started from a file (``pytest``, ``python -m pytest``): code given
+    on the command line (``python -c``) or typed interactively runs before the gate and is
+    recorded nowhere."""
+    main = sys.modules.get("__main__")
+    if main is None or _module_file(main) is not None:
+        return []
+    return [
+        (
+            "this process was started from code given on the command line (python -c) or "
+            "typed interactively, which nothing records and which ran before the gate: start "
+            "the run with pytest or python -m pytest"
+        )
+    ]
+
+
 def _path_problems(env: Environment) -> list[str]:
     """``sys.path`` entries from which a later import (during collection or in an item,
     after the gate) could load code that nothing accounts for."""
@@ -682,6 +698,7 @@ def problems(root: Path, plugins: list[tuple[str, object]]) -> list[str]:
             "without -O and unset PYTHONOPTIMIZE"
         )
     found += _module_problems(env, loaded_files(plugins))
+    found += _main_problems()
     found += _worker_problems(plugins)
     found += _path_problems(env)
     found += _pth_problems(env)
