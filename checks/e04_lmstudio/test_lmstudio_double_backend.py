@@ -240,3 +240,20 @@ def test_a_dimension_other_than_the_served_one_is_refused(double, client):
     )
     with pytest.raises(EmbeddingOutputError, match=f"shape \\(1, {DIMENSION}\\)"):
         wider.embed(TEXTS[:1])
+
+
+def test_a_client_entered_and_held_stays_open(double):
+    # The stage enters lmstudio_client(...) once per process and keeps only the client; a
+    # generator-based context manager closed that client when it was garbage collected,
+    # so the first real call failed ("AsyncTaskManager ... is currently inactive").
+    import gc
+
+    from prereg.e04.embeddings import lmstudio_client
+
+    double.load(KEY, context_length=CONTEXT_LENGTH)
+    client = lmstudio_client(double.api_host).__enter__()
+    try:
+        gc.collect()
+        assert pinned_backend(client, double).embed(TEXTS[:1]).shape == (1, DIMENSION)
+    finally:
+        client.close()

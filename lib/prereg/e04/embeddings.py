@@ -16,8 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -208,32 +207,54 @@ class MiniLMBackend:
         return l2_normalised(raw, expected_dimension=self.dimension, source="MiniLMBackend")
 
 
-@contextmanager
-def lmstudio_client(api_host: str | None = None) -> Iterator[Any]:
+class LMStudioConnection:
+    """Context manager of :func:`lmstudio_client`: connects on enter, closes on exit.
+
+    A connection entered and never exited (the E04 stage holds one client per worker
+    process for the life of the process) stays open until the client is garbage
+    collected; nothing closes it behind its user's back.
+    """
+
+    def __init__(self, api_host: str | None = None) -> None:
+        self.api_host = api_host
+        self.client: Any = None
+
+    def __enter__(self) -> Any:
+        import lmstudio
+
+        client = lmstudio.Client(self.api_host)
+        try:
+            client.__enter__()  # probes the API host; the SDK raises here without a server
+        except lmstudio.LMStudioClientError as error:
+            client.close()
+            where = self.api_host if self.api_host is not None else "the default local ports"
+            raise LMStudioUnavailableError(
+                f"no LM Studio server answers at {where} ({error}). Start LM Studio, enable "
+                "its server (`lms server start`) and load only the pinned embedding model "
+                "(`lms load <model>`), or approve a plan whose embedding backend is the "
+                "embedded default `minilm`. To try the LM Studio path without the app, start "
+                "the double: `python -m prereg.e04.lmstudio_double --port PORT --model KEY`."
+            ) from error
+        self.client = client
+        return client
+
+    def __exit__(self, *exc: object) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            client.close()
+
+
+def lmstudio_client(api_host: str | None = None) -> LMStudioConnection:
     """An ``lmstudio.Client`` connected to a running server, closed on exit.
 
-    Raises :class:`LMStudioUnavailableError` (with what to do) instead of the
-    SDK's ``LMStudioClientError`` when no server answers.
+    Use as ``with lmstudio_client(host) as client:``. Raises
+    :class:`LMStudioUnavailableError` (with what to do) instead of the SDK's
+    ``LMStudioClientError`` when no server answers. Unlike a generator-based context
+    manager, dropping the entered context object does not close the client (a
+    ``@contextmanager`` generator closes it when the generator is garbage collected,
+    which closed the stage's client before its first call).
     """
-    import lmstudio
-
-    client = lmstudio.Client(api_host)
-    try:
-        client.__enter__()  # probes the API host; the SDK raises here without a server
-    except lmstudio.LMStudioClientError as error:
-        client.close()
-        where = api_host if api_host is not None else "the default local ports"
-        raise LMStudioUnavailableError(
-            f"no LM Studio server answers at {where} ({error}). Start LM Studio, enable its "
-            "server (`lms server start`) and load only the pinned embedding model "
-            "(`lms load <model>`), or approve a plan whose embedding backend is the embedded "
-            "default `minilm`. To try the LM Studio path without the app, start the double: "
-            "`python -m prereg.e04.lmstudio_double --port PORT --model KEY`."
-        ) from error
-    try:
-        yield client
-    finally:
-        client.close()
+    return LMStudioConnection(api_host)
 
 
 class LMStudioBackend:
