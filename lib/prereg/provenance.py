@@ -69,10 +69,26 @@ def deviations(pins: dict, actual: dict) -> list[dict]:
     ]
 
 
+def _packages_distributions() -> dict[str, list[str]]:
+    """``importlib.metadata.packages_distributions`` (Python >= 3.10; its rule, here on 3.9)."""
+    if hasattr(importlib.metadata, "packages_distributions"):
+        return importlib.metadata.packages_distributions()
+    mapping: dict[str, list[str]] = {}
+    for dist in importlib.metadata.distributions():
+        top = (dist.read_text("top_level.txt") or "").split() or {
+            f.parts[0] if len(f.parts) > 1 else f.with_suffix("").name
+            for f in dist.files or ()
+            if f.suffix == ".py"
+        }
+        for module in top:
+            mapping.setdefault(module, []).append(dist.metadata["Name"])
+    return mapping
+
+
 def imported_packages() -> dict[str, str]:
     """Distributions whose top-level modules are imported in this process, with versions."""
     top = {name.split(".")[0] for name in list(sys.modules)}
-    mapping = importlib.metadata.packages_distributions()
+    mapping = _packages_distributions()
     found: dict[str, str] = {}
     for module in sorted(top):
         for dist in mapping.get(module, ()):
