@@ -69,7 +69,7 @@ def test_a_failed_or_interrupted_stage_keeps_partial_outputs_and_is_incomplete(
 
 def test_an_enforced_budget_ends_the_stage_incomplete(tmp_path):
     toy = make_toy_repo(
-        tmp_path / "budget", {"toy": stage_spec("toy", budget_seconds=0, budget_enforced=True)}
+        tmp_path / "budget", {"toy": stage_spec("toy", budget_seconds=1e-6, budget_enforced=True)}
     )
     toy.approve("toy", "toy-20261130-001")
     assert toy.pytest("--research-stage=toy").returncode != 0
