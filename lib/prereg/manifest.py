@@ -205,10 +205,12 @@ def hash_item_folders(
             item["outcome"] = "unknown"
             extra.append(item)
         recorded = item.get("outputs")
-        if recorded is None or {e["path"] for e in recorded} != {e["path"] for e in present}:
+        if recorded is None:
             item["outputs"] = present
-            if recorded is not None:
-                item["outputs_rehashed"] = "files were added or removed after the item's report"
+            item["outputs_rehashed"] = "hashed by the controller: the item's process recorded none"
+        elif {e["path"] for e in recorded} != {e["path"] for e in present}:
+            item["outputs"] = present
+            item["outputs_rehashed"] = "files were added or removed after the item's report"
         item["output_dir"] = folder.name
     return items + extra
 

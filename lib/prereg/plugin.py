@@ -528,66 +528,79 @@ class Controller:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int):
         """Write the manifest after every other plugin's session end (xdist stopping its
         workers, the junit report), even when one of them failed or a signal came."""
-        failure = None
+        late: list[str] = []
+        during = _defer_signals(late) if self.started else {}  # a second Ctrl-C loses nothing
+        failure = result = None
         try:
-            result = yield
-        except BaseException as err:  # noqa: BLE001 -- re-raised once the manifest is written
-            failure, result = err, None
-        if self.started:
-            self._finish(session, failure)
+            if self.started:
+                self._drain_xdist_events(session)  # before junit.xml is written
+            try:
+                result = yield
+            except BaseException as err:  # noqa: BLE001 -- re-raised once the manifest is written
+                failure = err
+            if self.started:
+                self._finish(session, failure)
+        finally:
+            _restore_signals(during)
+            _restore_signals(getattr(self, "saved_handlers", {}))
+            self.finish_notes = getattr(self, "finish_notes", []) + late
         if failure is not None:
             raise failure
         return result
 
     def _finish(self, session: pytest.Session, failure: BaseException | None) -> None:
         """The final manifest, or a minimal ``incomplete`` one if it fails; then its git record."""
-        late: list[str] = []
-        during = _defer_signals(late)  # a second Ctrl-C or SIGTERM must not lose the manifest
-        try:
-            self._drain_xdist_events()
-            data, errors = manifest.write_final(
-                self.run_dir,
-                lambda: self._full_manifest(session, failure),
-                self._minimal_manifest,
-            )
-            self.finish_notes = list(errors)
-            self.status = json.loads(data)["status"] if data is not None else "without a manifest"
-            if data is not None:
-                try:
-                    ledger.record_manifest(self.root, self.settings.run_id, data)
-                except Exception as err:  # noqa: BLE001 -- the manifest file stays; the audit sees no ref
-                    self.finish_notes.append(
-                        f"the manifest's SHA-256 could not be recorded in git "
-                        f"({ledger.manifest_ref(self.settings.run_id)}): {manifest.describe(err)}"
-                    )
-            if self.status != manifest.COMPLETE and session.exitstatus == pytest.ExitCode.OK:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
-            if data is None:
-                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-        finally:
-            _restore_signals(during)
-            _restore_signals(getattr(self, "saved_handlers", {}))
-            self.finish_notes = getattr(self, "finish_notes", []) + late
+        data, errors = manifest.write_final(
+            self.run_dir,
+            lambda: self._full_manifest(session, failure),
+            self._minimal_manifest,
+        )
+        self.finish_notes = getattr(self, "finish_notes", []) + errors
+        self.status = json.loads(data)["status"] if data is not None else "without a manifest"
+        if data is not None:
+            try:
+                ledger.record_manifest(self.root, self.settings.run_id, data)
+            except Exception as err:  # noqa: BLE001 -- the manifest file stays; the audit sees no ref
+                self.finish_notes.append(
+                    f"the manifest's SHA-256 could not be recorded in git "
+                    f"({ledger.manifest_ref(self.settings.run_id)}): {manifest.describe(err)}"
+                )
+        if self.status != manifest.COMPLETE and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if data is None:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
-    def _drain_xdist_events(self) -> None:
-        """Pass on the item reports xdist received but did not hand on before an interruption.
+    def _drain_xdist_events(self, session: pytest.Session) -> None:
+        """Hand on the item reports xdist received but did not pass on before an interruption.
 
-        Interrupted, the controller stops reading xdist's event queue, while xdist lets
-        workers run a few seconds more as it stops them: reports of items that finished
-        wait there. Each such item keeps its true outcome (not "not run") and is marked
-        ``reported_after_interruption`` (junit.xml, written before, lacks it).
+        Interrupted, the controller stops reading xdist's event queue, while its workers
+        run on until they are stopped (xdist gives them seconds): reports of items that
+        finished wait in the queue. So the workers are stopped here, before junit.xml is
+        written, and every waiting report goes through ``pytest_runtest_logreport`` as
+        usual: each finished item keeps its true outcome (not "not run"), in the manifest
+        and in junit.xml, marked ``reported_after_interruption``.
         """
         import queue
 
-        events = getattr(self.config.pluginmanager.getplugin("dsession"), "queue", None)
-        while events is not None:
+        dsession = self.config.pluginmanager.getplugin("dsession")
+        events = getattr(dsession, "queue", None)
+        if events is None:
+            return
+        if self.interrupted or session.exitstatus == pytest.ExitCode.INTERRUPTED:
+            try:
+                dsession.nodemanager.teardown_nodes()  # xdist's own shutdown; later a no-op
+            except Exception as err:  # noqa: BLE001 -- the reports already queued still count
+                self.finish_notes = [f"stopping the workers failed: {manifest.describe(err)}"]
+        while True:
             try:
                 name, kwargs = events.get_nowait()
             except queue.Empty:
                 return
             if name == "testreport":
-                self.pytest_runtest_logreport(kwargs["rep"])
-                self.entries[kwargs["rep"].nodeid]["reported_after_interruption"] = True
+                report = kwargs["rep"]
+                report.node = kwargs["node"]  # as xdist's own handler does
+                self.config.hook.pytest_runtest_logreport(report=report)
+                self.entries[report.nodeid]["reported_after_interruption"] = True
             elif name in ("workerfinished", "errordown"):
                 self.pytest_testnodedown(kwargs["node"], kwargs.get("error"))
 
