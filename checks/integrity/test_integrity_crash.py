@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -175,6 +176,37 @@ def test_a_manifest_that_cannot_be_recorded_in_git_stays_and_the_terminal_says_s
     assert ledger.read(toy.root, ledger.manifest_ref(RUN)) == b"not this run's manifest"
 
 
+HANDLERS = """
+import json, signal
+
+
+def _names():
+    return [str(getattr(signal.getsignal(s), "__name__", signal.getsignal(s))) for s in
+            (signal.SIGTERM, signal.SIGHUP)]
+
+
+SEEN = {"configure": _names()}
+
+
+def pytest_runtest_call(item):
+    SEEN["item"] = _names()
+
+
+def pytest_unconfigure(config):
+    SEEN["end"] = _names()
+    (config.rootpath / "handlers.json").write_text(json.dumps(SEEN))
+"""
+
+
+def test_sigterm_and_sighup_handlers_live_from_the_gate_to_the_manifest_only(tmp_path):
+    toy = misbehaving(tmp_path, "none", cell=-1, conftest=HANDLERS)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads((toy.root / "handlers.json").read_text())
+    assert seen["configure"] == seen["end"] == [str(signal.SIG_DFL)] * 2
+    assert seen["item"] == ["_raise_keyboard_interrupt"] * 2
+
+
 def test_a_worker_that_exits_leaves_its_partial_outputs_hashed_and_the_rest_passed(tmp_path):
     toy = misbehaving(tmp_path, "exit", cell=1)
     done = toy.pytest("--research-stage=toy", "-n", "2")
@@ -249,6 +281,7 @@ def test_a_failing_environment_probe_still_leaves_a_minimal_manifest(tmp_path):
 
 FILL_DISK = """
 import os
+import signal
 import pytest
 
 
