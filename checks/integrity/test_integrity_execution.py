@@ -177,7 +177,7 @@ def test_a_conftest_above_the_root_with_confcutdir_is_refused(toy, tmp_path):
         "print(json.dumps(execution.problems(Path('.'), plugins)))\n"
     )
     found = json.loads(toy.run(sys.executable, "-c", script, check=True).stdout)
-    assert len(found) == 1 and str(above) in found[0] and "outside the approved" in found[0]
+    assert any(str(above) in f and "outside the approved" in f for f in found), found
 
 
 def test_a_path_entry_outside_the_checkout_is_refused_before_anything_is_imported_from_it(
@@ -340,6 +340,26 @@ def test_pth_files_must_be_recorded_by_an_installed_distribution(tmp_path, monke
     assert len(found) == 2, found
     assert any("stray.pth" in f and "not listed in the RECORD" in f for f in found), found
     assert any("tampered.pth" in f and "differs from the RECORD of good" in f for f in found)
+
+
+def test_planted_bytecode_in_the_harness_installed_machinery_is_refused(tmp_path, monkeypatch):
+    site = tmp_path / "site-packages"
+    source_text = "def hook():\n    return 'checked'\n"
+    _fake_distribution(site, "pluggy", {"pluggy_copy/__init__.py": source_text}, {})
+    monkeypatch.setattr(execution, "site_dirs", lambda: [str(site.resolve())])
+    env = execution.Environment.read(REPO)
+    source = str((site / "pluggy_copy" / "__init__.py").resolve())
+    pyc = Path(importlib.util.cache_from_source(source))
+    pyc.parent.mkdir()
+    stat = os.stat(source)
+    genuine = compile(source_text, source, "exec", dont_inherit=True)
+    pyc.write_bytes(_code_to_timestamp_pyc(genuine, int(stat.st_mtime), stat.st_size))
+    files = {source: ["pluggy_copy"]}
+    assert execution._installed_bytecode_problems(env, files) == []
+    planted = compile(source_text.replace("checked", "skipped"), source, "exec", dont_inherit=True)
+    pyc.write_bytes(_code_to_timestamp_pyc(planted, int(stat.st_mtime), stat.st_size))
+    found = execution._installed_bytecode_problems(env, files)
+    assert len(found) == 1 and str(pyc) in found[0] and "reinstall pluggy" in found[0], found
 
 
 def test_the_real_environment_pth_files_and_packages_pass():

@@ -65,6 +65,9 @@ LOADABLE_SUFFIXES = tuple(
 METADATA_SUFFIXES = (".egg-info", ".dist-info")
 RECORDED_VARIABLES = ("PYTEST_ADDOPTS", "PYTHONPATH", "PYTEST_PLUGINS")
 CUSTOMIZE_MODULES = ("sitecustomize", "usercustomize")
+# Installed distributions that decide which items run and what is recorded: their cached
+# bytecode is compared with their source (see _installed_bytecode_problems).
+HARNESS_DISTRIBUTIONS = ("pytest", "pluggy", "pytest_xdist", "execnet", "iniconfig")
 # Marks a folder as reached by Python (a package) or by pytest (a conftest) on its own.
 FOLDER_MARKERS = ("__init__.py", "conftest.py")
 
@@ -404,6 +407,31 @@ def _path_problems(env: Environment) -> list[str]:
     return found
 
 
+def _installed_bytecode_problems(env: Environment, files: dict[str, list[str]]) -> list[str]:
+    """The bytecode of the harness's own installed machinery (:data:`HARNESS_DISTRIBUTIONS`).
+
+    RECORD hashes an installed module's source, but Python runs its cached bytecode when
+    the header matches; for the distributions that decide which items run and what is
+    recorded, that bytecode is compared with the source's (about half a second; all of
+    torch and numpy would take several, so theirs is trusted as installed).
+    """
+    found = []
+    for path in sorted(files):
+        recorded = env.installed.owner(path) if path.endswith(".py") else None
+        name = recorded.distribution.lower().replace("-", "_") if recorded else ""
+        if name not in HARNESS_DISTRIBUTIONS:
+            continue
+        pyc = importlib.util.cache_from_source(path)
+        if os.path.isfile(pyc):
+            why = _pyc_problem(pyc, path, sys.flags.optimize, None)
+            if why is not None:
+                found.append(
+                    f"bytecode {pyc} of {recorded.distribution} {recorded.version} {why}: "
+                    f"delete it or reinstall {recorded.distribution}"
+                )
+    return found
+
+
 def _pth_problems(env: Environment) -> list[str]:
     found = []
     for folder in env.sites:
@@ -697,7 +725,9 @@ def problems(root: Path, plugins: list[tuple[str, object]]) -> list[str]:
             "PYTHONOPTIMIZE), which strips assert statements from the code that runs: run "
             "without -O and unset PYTHONOPTIMIZE"
         )
-    found += _module_problems(env, loaded_files(plugins))
+    files = loaded_files(plugins)
+    found += _module_problems(env, files)
+    found += _installed_bytecode_problems(env, files)
     found += _main_problems()
     found += _worker_problems(plugins)
     found += _path_problems(env)
