@@ -459,7 +459,10 @@ def _python_folders(checkout: Checkout) -> set[str]:
             while parent not in folders:
                 folders.add(parent)
                 parent = os.path.dirname(parent)
+    sites = site_dirs()  # checked against RECORD instead (a .venv inside the checkout)
     for entry in sys.path:
+        if _real(entry or os.getcwd()) in sites:
+            continue
         rel = checkout.relative(_real(entry or os.getcwd()))
         if rel is not None and os.path.isdir(os.path.join(checkout.top, rel)):
             folders.add("" if rel == "." else rel)
@@ -641,7 +644,8 @@ def _ignored_problems(checkout: Checkout, plugins: list[tuple[str, object]]) -> 
         ):
             for entry in sorted(os.listdir(path)):
                 child = os.path.join(rel, entry)
-                visit(child, os.path.isdir(os.path.join(checkout.top, child)), True)
+                full = os.path.join(checkout.top, child)
+                visit(child, os.path.isdir(full) and not os.path.islink(full), True)
 
     # An editable install's checkout may hold work in progress (untracked files are recorded
     # when loaded); only its git-ignored files are hidden from git and refused.
