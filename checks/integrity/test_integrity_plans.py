@@ -30,7 +30,8 @@ REPO = Path(__file__).resolve().parents[2]
 PIPELINE = REPO / "plans" / "demo" / "STATISTICAL_PIPELINE_PLAN.json"
 E04 = REPO / "plans" / "demo" / "E04_PLAN.json"
 RUN = "toy-20261130-001"
-REFUSED = 2
+REFUSED = 2  # prereg approve
+GATE_REFUSED = 4  # pytest --research-stage (usage error)
 
 # -- the strict JSON reader ---------------------------------------------------------------
 
@@ -382,6 +383,10 @@ def test_a_duplicate_key_in_an_approval_record_is_refused_at_load_and_by_approve
     assert done.returncode == REFUSED, done.stdout + done.stderr
     assert f"{RUN}.json" in done.stderr and "key 'stage' appears twice" in done.stderr
     assert not (toy.root / "plans" / "approvals" / "toy-20261130-002.json").exists()
+    gate = toy.pytest("--research-stage=toy")
+    assert gate.returncode == GATE_REFUSED, gate.stdout + gate.stderr
+    assert "key 'stage' appears twice" in gate.stdout + gate.stderr
+    assert not (toy.root / "runs" / RUN / "start.json").exists(), "the refusal spent the run id"
 
 
 # -- the same attacks through prereg approve in a toy repository -------------------------
