@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prereg.approval import load_approval
-from prereg.hashing import canonical_json, read_json
+from prereg.hashing import canonical_json, parse_json, read_json
 from prereg.plans import load_plan, validate_stage
 from prereg.schema import Range, SchemaError, validate
 from prereg.testing import PINS, make_toy_repo, stage_spec
@@ -65,6 +65,13 @@ def test_read_json_names_both_lines_of_a_duplicate_key(tmp_path):
     text = '{\n  "stage": "toy",\n  "other": 1,\n  "stage": "calibration"\n}\n'
     with pytest.raises(ValueError, match=r"lines 2, 4\): key 'stage' appears twice"):
         _read_text(tmp_path, text)
+
+
+@pytest.mark.parametrize("text", ['{"a": 1, "a": 2}', '{"a": NaN}', "[1e999]"])
+def test_parse_json_refuses_what_read_json_refuses_naming_the_source(text):
+    """Text that never was a file (a blob from git show) is parsed as strictly."""
+    with pytest.raises(ValueError, match=r"^plan plans/P\.json at 0123abc is refused \(line 1\)"):
+        parse_json(text.encode(), what="plan", source="plans/P.json at 0123abc")
 
 
 JSON_LEAVES = (

@@ -124,15 +124,24 @@ def _finite_float(number: str) -> float:
 def read_json(path: Path, *, what: str) -> Any:
     """Read a JSON file; a missing or malformed file is a ValueError naming it and ``what`` it is.
 
-    Stricter than :func:`json.loads`: a key repeated within one object, the constants
-    ``NaN``, ``Infinity`` and ``-Infinity``, and numbers too large to be finite are refused
-    (the error names the file, the key or constant, and its lines), so every plan,
-    approval, manifest and record read here says exactly one finite thing.
+    Stricter than :func:`json.loads` (see :func:`parse_json`): a key repeated within one
+    object, the constants ``NaN``, ``Infinity`` and ``-Infinity``, and numbers too large to
+    be finite are refused, so every plan, approval, manifest and record read here says
+    exactly one finite thing.
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise FileNotFoundError(f"{what} {path} does not exist") from None
+    return parse_json(text, what=what, source=str(path))
+
+
+def parse_json(text: str | bytes, *, what: str, source: str) -> Any:
+    """Parse JSON text as strictly as :func:`read_json` reads a file (for example a blob from
+    ``git show``); errors are ValueErrors naming ``what``, ``source`` (where the text came
+    from), the repeated key or constant, and its lines."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
     try:
         return json.loads(
             text,
@@ -143,9 +152,9 @@ def read_json(path: Path, *, what: str) -> Any:
     except _JsonRefusal as err:
         lines = sorted(set(err.lines(text)))
         where = f" (line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))})" * bool(lines)
-        raise ValueError(f"{what} {path} is refused{where}: {err}") from None
+        raise ValueError(f"{what} {source} is refused{where}: {err}") from None
     except json.JSONDecodeError as err:
-        raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
+        raise ValueError(f"{what} {source} is not valid JSON: {err}") from None
 
 
 def file_entries(root: Path, *, exclude: frozenset[str] = frozenset()) -> list[dict]:
