@@ -171,7 +171,10 @@ def derive_config(
         "dependencies": {
             "calibration_summary_sha256": sha256_file(cal_summary),
             "variance_summary_sha256": sha256_file(var_summary),
-            "rule_parameters_sha256": sha256_bytes(canonical_json(params).encode()),
+            # every number the rule used, the SD bound's included (read from their homes)
+            "rule_parameters_sha256": sha256_bytes(
+                canonical_json({**params, "sd_bound": bound}).encode()
+            ),
             "decision_parameters_sha256": sha256_bytes(canonical_json(decision_params).encode()),
             "planning_code_sha256": sha256_bytes(inspect.getsource(planning).encode()),
             "config_proposal_sha256": sha256_file(Path(root) / "plans" / "CONFIG_PROPOSAL.json"),
