@@ -37,6 +37,9 @@ def test_authentication_comes_first(double):
             "callId": 7,
             "result": [],
         }
+        ws.send_text("not json")
+        warning = ws.receive_json(timeout=WAIT_SECONDS)
+        assert warning == {"type": "communicationWarning", "warning": "the message is not JSON"}
 
 
 def test_an_unknown_namespace_is_rejected(double):

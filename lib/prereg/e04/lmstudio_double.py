@@ -72,7 +72,7 @@ import socket
 import socketserver
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -81,7 +81,6 @@ import h11
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import (
     AcceptConnection,
-    BytesMessage,
     CloseConnection,
     Ping,
     RejectConnection,
@@ -457,81 +456,50 @@ class LMStudioDouble:
         return found[0]
 
     def _rpc(self, namespace: str, endpoint: str, parameter: Any) -> Any:
-        from lmstudio._sdk_models import (
-            EmbeddingRpcCountTokensParameter,
-            EmbeddingRpcEmbedStringParameter,
-            EmbeddingRpcGetModelInfoParameter,
-            EmbeddingRpcTokenizeParameter,
-            EmbeddingRpcUnloadModelParameter,
-            LlmRpcCountTokensParameter,
-            LlmRpcGetModelInfoParameter,
-            LlmRpcTokenizeParameter,
-            LlmRpcUnloadModelParameter,
-        )
-
-        def parsed(struct: Any) -> Any:
-            try:
-                return struct._from_any_api_dict(parameter)
-            except Exception as error:  # msgspec.ValidationError and TypeError
-                raise _RpcError(
-                    f"Invalid parameter for {namespace}.{endpoint}",
-                    f"{struct.__name__} rejected {parameter!r}: {error}",
-                ) from error
-
-        embedding = namespace == "embedding"
+        """The result of one RPC (None for a void one); ``_RpcError`` for an rpcError."""
         if namespace == "system" and endpoint == "listDownloadedModels":
             return self._downloaded_info()
-        if namespace in MODEL_NAMESPACES:
-            if endpoint == "listLoaded":
-                return [self._instance_info(i) for i in self.loaded() if i.kind == namespace]
-            if endpoint == "getModelInfo":
-                p = parsed(
-                    EmbeddingRpcGetModelInfoParameter if embedding else LlmRpcGetModelInfoParameter
-                )
-                try:
-                    return self._instance_info(self._resolve(namespace, p.specifier))
-                except _RpcError:
-                    if p.throw_if_not_found:
-                        raise
-                    return None
-            if endpoint == "embedString" and embedding:
-                p = parsed(EmbeddingRpcEmbedStringParameter)
-                instance = self._resolve(namespace, p.model_specifier)
-                return {"embedding": double_embedding(instance.key, p.input_string, self.dimension)}
-            if endpoint in ("tokenize", "countTokens"):
-                if endpoint == "tokenize":
-                    struct = EmbeddingRpcTokenizeParameter if embedding else LlmRpcTokenizeParameter
-                else:
-                    struct = (
-                        EmbeddingRpcCountTokensParameter
-                        if embedding
-                        else LlmRpcCountTokensParameter
-                    )
-                p = parsed(struct)
-                self._resolve(namespace, p.specifier)
-                tokens = tokenize(p.input_string)
-                if endpoint == "countTokens":
-                    return {"tokenCount": len(tokens)}
-                return {
-                    "tokens": [
-                        int.from_bytes(hashlib.sha256(t.encode()).digest()[:3], "big")
-                        for t in tokens
-                    ]
-                }
-            if endpoint == "unloadModel":
-                p = parsed(
-                    EmbeddingRpcUnloadModelParameter if embedding else LlmRpcUnloadModelParameter
-                )
-                try:
-                    self.unload(p.identifier)
-                except DoubleError as error:
-                    raise _RpcError("Model not found", str(error)) from error
+        if namespace in MODEL_NAMESPACES and endpoint == "listLoaded":
+            return [self._instance_info(i) for i in self.loaded() if i.kind == namespace]
+        struct = _parameter_struct(namespace, endpoint)
+        if struct is None:
+            raise _RpcError(
+                f"Unsupported endpoint {namespace}.{endpoint}",
+                "the prereg LM Studio double serves only what a residency-guarded embedding "
+                "client needs (see prereg.e04.lmstudio_double)",
+            )
+        try:
+            p = struct._from_any_api_dict(parameter)
+        except Exception as error:  # msgspec.ValidationError, TypeError
+            raise _RpcError(
+                f"Invalid parameter for {namespace}.{endpoint}",
+                f"{struct.__name__} rejected {parameter!r:.300}: {error}",
+            ) from error
+        if endpoint == "getModelInfo":
+            try:
+                return self._instance_info(self._resolve(namespace, p.specifier))
+            except _RpcError:
+                if p.throw_if_not_found:
+                    raise
                 return None
-        raise _RpcError(
-            f"Unsupported endpoint {namespace}.{endpoint}",
-            "the prereg LM Studio double serves only what a residency-guarded embedding "
-            "client needs (see prereg.e04.lmstudio_double)",
-        )
+        if endpoint == "embedString":
+            instance = self._resolve(namespace, p.model_specifier)
+            return {"embedding": double_embedding(instance.key, p.input_string, self.dimension)}
+        if endpoint == "unloadModel":
+            try:
+                self.unload(p.identifier)
+            except DoubleError as error:
+                raise _RpcError("Model not found", str(error)) from error
+            return None
+        self._resolve(namespace, p.specifier)  # tokenize, countTokens
+        tokens = tokenize(p.input_string)
+        if endpoint == "countTokens":
+            return {"tokenCount": len(tokens)}
+        return {
+            "tokens": [
+                int.from_bytes(hashlib.sha256(t.encode()).digest()[:3], "big") for t in tokens
+            ]
+        }
 
     def _answer(self, namespace: str, message: Any) -> list[dict[str, Any]]:
         """Replies to one authenticated client message (recorded first)."""
@@ -540,6 +508,8 @@ class LMStudioDouble:
         def error(title: str, cause: str) -> dict[str, Any]:
             return SerializedLMSExtendedError(title=title, cause=cause).to_dict()
 
+        if message is _NOT_JSON:
+            return [{"type": "communicationWarning", "warning": "the message is not JSON"}]
         if not isinstance(message, dict):
             return [{"type": "communicationWarning", "warning": f"not an object: {message!r:.200}"}]
         kind = message.get("type")
@@ -626,7 +596,7 @@ class LMStudioDouble:
         while not self._stopping.is_set():
             try:
                 return sock.recv(_RECEIVE_BYTES)
-            except TimeoutError:
+            except socket.timeout:  # TimeoutError from Python 3.10 on
                 continue
             except OSError:
                 return None
@@ -698,43 +668,37 @@ class LMStudioDouble:
                 sock.sendall(ws.send(AcceptConnection()))
         if trailing:
             ws.receive_data(trailing)
-        authenticated = False
+        messages = self._messages(sock, ws)
+        first = next(messages, None)
+        if first is None:
+            return
+        failure = _authentication_failure(first)
+        reply = {"success": True} if failure is None else {"success": False, "error": failure}
+        sock.sendall(ws.send(TextMessage(json.dumps(reply))))
+        if failure is not None:
+            sock.sendall(ws.send(CloseConnection(code=1008, reason=failure)))
+            return
+        for message in messages:
+            for answer in self._answer(namespace, message):
+                sock.sendall(ws.send(TextMessage(json.dumps(answer))))
+
+    def _messages(self, sock: socket.socket, ws: WSConnection) -> Iterator[Any]:
+        """Each JSON text message of the websocket, decoded; pings answered; ends on close.
+
+        A text that is not JSON yields a ``_NotJson`` marker, which :meth:`_answer`
+        answers with a ``communicationWarning``.
+        """
         text: list[str] = []
         while True:
             for event in ws.events():
                 if isinstance(event, TextMessage):
                     text.append(event.data)
-                    if not event.message_finished:
-                        continue
-                    raw, text = "".join(text), []
-                    try:
-                        message = json.loads(raw)
-                    except ValueError:
-                        replies = [{"type": "communicationWarning", "warning": "invalid JSON"}]
-                    else:
-                        if not authenticated:
-                            failure = _authentication_failure(message)
-                            sock.sendall(
-                                ws.send(
-                                    TextMessage(
-                                        json.dumps(
-                                            {"success": True}
-                                            if failure is None
-                                            else {"success": False, "error": failure}
-                                        )
-                                    )
-                                )
-                            )
-                            if failure is not None:
-                                sock.sendall(ws.send(CloseConnection(code=1008, reason=failure)))
-                                return
-                            authenticated = True
-                            continue
-                        replies = self._answer(namespace, message)
-                    for reply in replies:
-                        sock.sendall(ws.send(TextMessage(json.dumps(reply))))
-                elif isinstance(event, BytesMessage):
-                    continue
+                    if event.message_finished:
+                        raw, text = "".join(text), []
+                        try:
+                            yield json.loads(raw)
+                        except ValueError:
+                            yield _NOT_JSON
                 elif isinstance(event, Ping):
                     sock.sendall(ws.send(event.response()))
                 elif isinstance(event, CloseConnection):
@@ -744,6 +708,27 @@ class LMStudioDouble:
             if not data:
                 return
             ws.receive_data(data)
+
+
+_NOT_JSON = object()
+
+
+def _parameter_struct(namespace: str, endpoint: str) -> Any:
+    """The SDK's parameter struct of a served model-namespace RPC, or None."""
+    import lmstudio._sdk_models as models
+
+    names = {
+        "getModelInfo": "RpcGetModelInfoParameter",
+        "tokenize": "RpcTokenizeParameter",
+        "countTokens": "RpcCountTokensParameter",
+        "unloadModel": "RpcUnloadModelParameter",
+    }
+    if namespace == "embedding":
+        names["embedString"] = "RpcEmbedStringParameter"
+    if namespace not in MODEL_NAMESPACES or endpoint not in names:
+        return None
+    prefix = "Embedding" if namespace == "embedding" else "Llm"
+    return getattr(models, prefix + names[endpoint])
 
 
 class _RpcError(Exception):
