@@ -751,29 +751,49 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "A loopback LM Studio API double (the lmstudio SDK's websocket protocol) with "
             "deterministic embeddings, to try a plan pinned to LM Studio without the app. "
-            "Prints one JSON line when listening, then serves until SIGINT/SIGTERM."
+            "Prints one JSON line when listening (api_host, models_dir, and per loaded model "
+            "its key, identifier, context length, path and weights_sha256), then serves "
+            "until SIGINT/SIGTERM."
+        ),
+        epilog=(
+            "Control API on the same port: GET /lmstudio-double/state, GET "
+            "/lmstudio-double/calls, POST /lmstudio-double/load "
+            '{"key": K, "kind": "embedding"|"llm", "identifier": I, "context_length": N}, '
+            'POST /lmstudio-double/unload {"identifier": I} or {"all": true}. '
+            "A plan pinned to it: embedding.backend 'lmstudio', identity.model KEY, "
+            "identity.weights_sha256 and max_sequence_length from the ready line, "
+            "lmstudio {api_host, models_dir}."
         ),
     )
     parser.add_argument("--port", type=int, required=True, help="port on 127.0.0.1 (0: any)")
     parser.add_argument(
-        "--model", action="append", default=[], metavar="KEY", help="embedding model to load"
+        "--model",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="embedding model to load (repeatable)",
     )
-    parser.add_argument("--llm", action="append", default=[], metavar="KEY", help="LLM to load")
+    parser.add_argument(
+        "--llm", action="append", default=[], metavar="KEY", help="LLM to load (repeatable)"
+    )
     parser.add_argument(
         "--context-length",
         type=int,
+        metavar="N",
         default=DEFAULT_CONTEXT_LENGTH,
         help=f"context length of each loaded instance (default {DEFAULT_CONTEXT_LENGTH})",
     )
     parser.add_argument(
         "--dimension",
         type=int,
+        metavar="N",
         default=DEFAULT_DIMENSION,
         help=f"embedding dimension (default {DEFAULT_DIMENSION})",
     )
     parser.add_argument(
         "--models-dir",
         type=Path,
+        metavar="DIR",
         default=None,
         help="LM Studio models folder: weights files are created here and hashed",
     )
