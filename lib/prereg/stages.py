@@ -150,7 +150,7 @@ def _installed_point(name: str):
 
 def load_kind(name: str) -> StageKind:
     if name in BUILT_IN_KINDS:
-        return _registered.setdefault(name, _built_in(name))
+        return _built_in(name)  # never _registered: built-in kinds have one home
     if name in _registered:
         return _registered[name]
     found = _installed_point(name)
