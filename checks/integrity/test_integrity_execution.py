@@ -497,3 +497,59 @@ def test_workers_started_with_another_interpreter_or_environment_are_refused(toy
 
 def test_workers_of_this_interpreter_pass(toy):
     assert_runs(toy, toy.pytest("--research-stage=toy", "-n", "2"))
+
+
+class _Config:
+    def __init__(self, **options):
+        self.option = type("Options", (), options)()
+
+
+@given(
+    count=st.integers(1, 4),
+    extra=st.sampled_from(
+        ["", "//id=gw9", "//python=PYTHON", "//python=/usr/bin/env", "//env:A=1", "//chdir=/"]
+    ),
+    kind=st.sampled_from(["popen", "ssh=host", "socket=127.0.0.1:8888"]),
+)
+def test_only_popen_workers_of_this_interpreter_pass(count, extra, kind):
+    spec = f"{count}*{kind}{extra.replace('PYTHON', sys.executable)}"
+    found = execution._worker_problems([("pytestconfig", _Config(tx=[spec]))])
+    honest = kind == "popen" and extra in ("", "//id=gw9", "//python=PYTHON")
+    assert (found == []) == honest, (spec, found)
+    assert execution.worker_specs([("pytestconfig", _Config(tx=[spec]))]) == [spec[2:]] * count
+
+
+def _scratch_checkout(root: Path) -> None:
+    root.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "a@b.c"], ["config", "user.name", "A"]):
+        subprocess.run(["git", *args], cwd=root, check=True)
+    (root / "lib" / "pkg").mkdir(parents=True)
+    (root / "lib" / "pkg" / "__init__.py").write_text("")
+    (root / "lib" / "pkg" / "cli.py").write_text("def main():\n    return 0\n")
+    (root / ".gitignore").write_text("*.egg-info/\n__pycache__/\n")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "scratch"], cwd=root, check=True)
+
+
+def test_editable_install_metadata_is_allowed_only_while_it_names_committed_code(tmp_path):
+    """``pip install -e .`` writes lib/<name>.egg-info (git-ignored): allowed while every
+    entry point names a committed module and none adds a pytest plugin or remaps a kind."""
+    root = tmp_path / "scratch"
+    _scratch_checkout(root)
+    meta = root / "lib" / "pkg.egg-info"
+    meta.mkdir()
+    for name in ("PKG-INFO", "SOURCES.txt", "top_level.txt", "dependency_links.txt"):
+        (meta / name).write_text("Metadata-Version: 2.1\nName: pkg\nVersion: 0.1\n")
+    built_in = "\n".join(f"{k} = {v}" for k, v in stages.BUILT_IN_KINDS.items())
+    honest = f"[console_scripts]\npkg = pkg.cli:main\n\n[prereg.stage_kinds]\n{built_in}\n"
+    (meta / "entry_points.txt").write_text(honest)
+    checkout = execution.Checkout.read(root, strict=True)
+    assert execution._ignored_problems(checkout, []) == []
+    for extra, phrase in (
+        ("[console_scripts]\nother = pkg.planted:main\n", "pkg.planted is not a committed"),
+        ("[pytest11]\nplug = pkg.cli\n", "pytest plugin"),
+        ("[prereg.stage_kinds]\ne04.robustness = prereg.stages:PLAIN\n", "redirects"),
+    ):
+        (meta / "entry_points.txt").write_text(extra)
+        found = execution._ignored_problems(checkout, [])
+        assert len(found) == 1 and "lib/pkg.egg-info" in found[0] and phrase in found[0], found
