@@ -281,12 +281,14 @@ def test_a_failing_environment_probe_still_leaves_a_minimal_manifest(tmp_path):
 
 FILL_DISK = """
 import os
-import signal
 import pytest
 
 
+FREE_UP = True
+
+
 def pytest_runtest_setup(item):
-    if item.callspec.params["cell"] == 3:
+    if item.callspec.params["cell"] == 3 and FREE_UP:
         (item.config.rootpath / "runs" / "filler").unlink()  # the disk frees up again
 
 
@@ -307,19 +309,25 @@ def pytest_runtest_call(item):
 """
 
 
-def test_a_full_disk_while_items_jsonl_grows_leaves_whole_lines_and_a_manifest(tmp_path):
+def on_tmpfs(toy: ToyRepo, size: str) -> Path:
+    """Mount a tmpfs of ``size`` over the toy's runs/ (skip when this machine will not)."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs over runs/ needs root; the in-process checks cover it")
-    toy = misbehaving(tmp_path, "none", cell=-1, conftest=FILL_DISK)
     runs = toy.root / "runs"
     runs.mkdir()
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(runs)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(runs)],
         capture_output=True,
         check=False,
     )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    return runs
+
+
+def test_a_full_disk_while_items_jsonl_grows_leaves_whole_lines_and_a_manifest(tmp_path):
+    toy = misbehaving(tmp_path, "none", cell=-1, conftest=FILL_DISK)
+    runs = on_tmpfs(toy, "1m")  # too small for the space reserve: the disk frees up instead
     try:
         done = toy.pytest("--research-stage=toy")
         assert done.returncode == 1, done.stdout + done.stderr
@@ -334,6 +342,28 @@ def test_a_full_disk_while_items_jsonl_grows_leaves_whole_lines_and_a_manifest(t
         assert problems == []  # the short write was cut back off: no torn line
         assert item(data, 1)["nodeid"] not in {r["nodeid"] for r in records}
         assert item(data, 3)["nodeid"] in {r["nodeid"] for r in records}
+    finally:
+        subprocess.run(["umount", "-l", str(runs)], check=False)
+
+
+def test_a_disk_that_stays_full_still_takes_junit_and_the_manifest_from_the_reserve(tmp_path):
+    toy = misbehaving(
+        tmp_path, "none", cell=-1, conftest=FILL_DISK.replace("FREE_UP = True", "FREE_UP = False")
+    )
+    runs = on_tmpfs(toy, "4m")
+    try:
+        done = toy.pytest("--research-stage=toy")
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert (runs / "filler").exists()  # still full when the run ended
+        data = check_honest(toy, "did not pass", clean=False)
+        assert [item(data, c)["outcome"] for c in range(4)] == [
+            "passed",
+            "passed",
+            "failed",
+            "failed",
+        ]
+        assert (toy.run_dir(RUN) / "junit.xml").is_file()
+        assert not list((runs / "progress").glob("*.reserve"))
     finally:
         subprocess.run(["umount", "-l", str(runs)], check=False)
 

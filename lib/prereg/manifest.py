@@ -40,6 +40,7 @@ from prereg.runs import (
     MANIFEST,
     START_RECORD,
     SUMMARY_DIR,
+    progress_log,
 )
 
 FORMAT = "prereg-manifest-1"
@@ -69,6 +70,44 @@ def write_start_record(run_dir: Path, *, record: dict, approval_path: Path) -> N
     run_dir.mkdir(parents=True, exist_ok=False)
     shutil.copyfile(approval_path, run_dir / APPROVAL_COPY)
     write_json(run_dir / START_RECORD, record)
+
+
+# Disk space held from the start of a run for its end (junit.xml and the manifest), so a
+# disk that fills up during the run still takes them: a base, a share per item, a cap.
+RESERVE_BASE_BYTES = 1 << 20
+RESERVE_PER_ITEM_BYTES = 16 << 10
+RESERVE_CAP_BYTES = 64 << 20
+
+
+def reserve_space(root: Path, run_id: str, items: int) -> Path | None:
+    """Hold disk space on the filesystem of ``runs/`` (a file beside the progress log,
+    outside the hashed run folder); None when even that cannot be had (best effort)."""
+    path = progress_log(root, run_id).with_suffix(".reserve")
+    size = min(RESERVE_BASE_BYTES + RESERVE_PER_ITEM_BYTES * items, RESERVE_CAP_BYTES)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(fd, 0, size)
+            else:
+                for _ in range(0, size, 1 << 16):
+                    os.write(fd, bytes(1 << 16))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        release_space(path)
+        return None
+    return path
+
+
+def release_space(path: Path | None) -> None:
+    """Give the space :func:`reserve_space` held back to the end of the run."""
+    if path is not None:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def finite(value: object, where: str) -> tuple[object, list[str]]:

@@ -465,6 +465,7 @@ class Controller:
         progress.parent.mkdir(parents=True, exist_ok=True)
         progress.touch()
         self.saved_handlers = _install_signal_handlers()  # restored when the manifest is written
+        self.reserve = manifest.reserve_space(self.root, record.run_id, len(self.expected))
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         log = progress_log(self.root, self.settings.run_id).relative_to(self.root)
@@ -533,6 +534,7 @@ class Controller:
         failure = result = None
         try:
             if self.started:
+                manifest.release_space(getattr(self, "reserve", None))  # for junit.xml, manifest
                 self._drain_xdist_events(session)  # before junit.xml is written
             try:
                 result = yield
@@ -716,7 +718,11 @@ class Controller:
             )
             for note in getattr(self, "finish_notes", []):
                 terminalreporter.write_line(f"WARNING: {note}", red=True, bold=True)
-            terminalreporter.write_line(f"manifest: {self.run_dir / 'manifest.json'}")
+            written = (self.run_dir / "manifest.json").is_file()
+            terminalreporter.write_line(
+                f"manifest: {self.run_dir / 'manifest.json'}"
+                + ("" if written else " was NOT written (see the warnings above)")
+            )
             terminalreporter.write_line(
                 f"progress log: {progress_log(self.root, self.settings.run_id)}"
             )
