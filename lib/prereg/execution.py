@@ -1,39 +1,49 @@
 """The code a research run executes: every loaded module and plugin accounted for.
 
 A research run's results are only as good as the code that produced them. The gate
-(``pytest_sessionstart``, before the run id is spent) refuses with condition
-``execution`` whenever :func:`problems` finds code that is neither
+(``pytest_sessionstart``, before the run id is spent; also ``prereg approve``) refuses
+with condition ``execution`` each string :func:`problems` returns. Loaded code (every
+module in ``sys.modules`` with a file, and every pytest plugin object) must be
 
 * a committed file of the approved checkout (tracked, and byte-equal to the index,
   which the gate's clean-tree condition ties to HEAD),
-* a file of the running interpreter's standard library, nor
-* a file listed in the RECORD of a distribution installed in a site-packages folder
-  (``.py`` files hashed against RECORD's SHA-256, compiled files by membership),
-  or a committed file of the git checkout an installed distribution is *editable* from
-  (``pip install -e``): then the checkout's commit and every loaded file that differs
-  from it are recorded by :func:`record`.
+* a file of the running interpreter's standard library,
+* a file listed in the RECORD of a distribution installed in a site-packages folder,
+  hashed against RECORD's SHA-256 (source and compiled modules alike), or
+* a tracked, not git-ignored file of the git checkout that an installed distribution is
+  *editable* from (``pip install -e``, e.g. prereg itself in a user's project): the
+  checkout's commit and every loaded file differing from it are then recorded by
+  :func:`record`, not refused, so work in progress on the harness stays usable.
 
-Beyond loaded modules it checks what Python or pytest would load without a module of
-that name being asked for:
+Beyond loaded modules it refuses what would run code later or elsewhere:
 
-* ``.pth`` files in the site-packages folders (run at every interpreter start): each
-  must be a file of an installed distribution, with RECORD's hash;
+* ``.pth`` files in the site-packages folders (run at every interpreter start) that
+  are not files of an installed distribution with RECORD's hash;
+* ``sys.path`` entries outside the checkout, the standard library and site-packages
+  (a module imported from one during collection, after the gate, would run unchecked);
 * untracked or git-ignored files in the checkout's Python folders (every folder holding
-  a committed Python file, the folders above it, and ``sys.path`` entries inside the
-  checkout): Python files (``.py``, ``.pyc``, extension modules, ``.pth``) are refused;
-  bytecode caches (``__pycache__``, or the ``PYTHONPYCACHEPREFIX`` mirror) are allowed
-  only when each file this interpreter or the loaded pytest would load is a genuine
-  compilation of the source beside it; package metadata (``*.egg-info``,
-  ``*.dist-info``) is allowed only when it cannot change what runs (see
-  :func:`_metadata_problems`). Data folders (``runs/``, caches, ``.venv/``) hold no
-  committed Python and are not Python folders, so they are never walked; an ignored
-  sub-folder of a Python folder is walked when it is a package or holds a
-  ``conftest.py``.
+  a committed ``.py`` file, the folders above it, and ``sys.path`` entries inside the
+  checkout): Python files (``.py``, bytecode, extension modules, ``.pth``); bytecode
+  caches (``__pycache__``, or the ``PYTHONPYCACHEPREFIX`` mirror) where a file this
+  interpreter or the loaded pytest would load (its header matches the source) is not a
+  genuine compilation of the source beside it, code object compared with code object;
+  package metadata (``*.egg-info``, ``*.dist-info``) that could change what runs (see
+  :func:`_metadata_problems`). Below the top, every ignored sub-folder of a Python folder
+  is walked (packages, namespace packages, folders pytest collects); at the top, where
+  data folders live (``runs/``, ``cache/``, ``demo-output/``), only one that is a package
+  or holds a ``conftest.py``; virtual environments (``pyvenv.cfg``) never, their
+  site-packages being checked against RECORD;
+* the cached bytecode of the harness's installed machinery (pytest, pluggy, xdist,
+  execnet) that differs from its source;
+* xdist ``--tx`` specs that start workers with another interpreter, variables or folder;
+* a process started from ``python -c`` or interactively, and ``python -O``.
 
-What it cannot see: code loaded later in the run by a path nobody imports by name
-(``ctypes``, ``torch.ops.load_library``), a ``conftest.py`` that pytest only meets during
-collection (call :func:`problems` again after collection to cover those), and edits to
-the interpreter's own standard library.
+What it cannot see: code loaded later by a path nobody imports by name (``ctypes``,
+``torch.ops.load_library``; the GRU kernel is keyed by its source hash), a conftest or
+module first imported during collection from inside the checkout (covered by the clean
+tree and the ignored-file scan, not by the loaded-module check), the bytecode of other
+installed packages (compiling all of torch would take seconds), and edits to the
+interpreter's own standard library.
 """
 
 from __future__ import annotations
