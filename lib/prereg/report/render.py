@@ -12,12 +12,11 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-from prereg.hashing import read_json, sha256_file
 from prereg.report import header
 from prereg.report import html as h
 from prereg.report.model import NO_MANIFEST, REFUSED, RunRecord, load_run, plan_at_run, refusals
 from prereg.report.sections import SectionContext, section_for
-from prereg.runs import MANIFEST, all_runs, audits_dir, runs_dir
+from prereg.runs import all_runs, runs_dir
 
 AUDIT_MODES = ("full", "cached", "none")
 
@@ -49,34 +48,22 @@ def audit_verdict(root: Path, record: RunRecord, mode: str) -> header.AuditVerdi
 
 
 def _audit(root: Path, record: RunRecord, mode: str) -> header.AuditVerdict:
-    from prereg.audit import audit_run, audit_run_cached
+    from prereg.audit import COULD_NOT_AUDIT, audit_run, audit_run_cached
 
+    checked = "hashes, records, git records and inputs"
     if mode == "full":
-        findings = audit_run(root, record.path)
-        what = "hashes, approval binding and replay, all checked now (prereg.audit.audit_run)"
+        result = audit_run(root, record.path)
     else:
-        stored = _stored_clean(root, record.path)
-        findings = audit_run_cached(root, record.path)
-        what = (
-            "hashes and approval binding checked now; replay: the clean verdict stored in "
-            "runs/audits/ for this exact manifest SHA-256"
-            if stored
-            else "hashes, approval binding and replay, all checked now (verdict stored in runs/audits/)"
-        )
-    if not record.complete:
-        what = "hashes and approval binding checked now; an incomplete run is not replayed"
-    verdict = "clean" if not findings else f"{len(findings)} finding(s)"
-    return header.AuditVerdict(verdict, tuple(findings), what)
-
-
-def _stored_clean(root: Path, run_dir: Path) -> bool:
-    store = audits_dir(root) / f"{run_dir.name}.json"
-    if not store.is_file() or not (run_dir / MANIFEST).is_file():
-        return False
-    cached = read_json(store, what="stored audit verdict")
-    return cached.get("manifest_sha256") == sha256_file(run_dir / MANIFEST) and not cached.get(
-        "findings"
-    )
+        result = audit_run_cached(root, record.path)  # the replay's clean verdict may be stored
+    if result.replayed:
+        what = f"{checked} and replay, all checked now ({result.replay_note})"
+    else:
+        what = f"{checked} checked now; {result.replay_note}"
+    if result.verdict == COULD_NOT_AUDIT:
+        verdict = "could not audit"
+    else:
+        verdict = "clean" if not result.findings else f"{len(result.findings)} finding(s)"
+    return header.AuditVerdict(verdict, tuple(result), what)
 
 
 def _kind(plan: dict | None, stage: str | None) -> str | None:
