@@ -217,6 +217,13 @@ def _edit_manifest(toy: ToyRepo, change) -> Path:
             ["manifest.json: field status is complete but expected_items is 5"],
         ),
         (
+            "items (incomplete)",
+            lambda m: m.update(
+                items=m["items"][:2], status="incomplete", incomplete_reasons=["interrupted"]
+            ),
+            ["manifest.json: field items holds 2 item(s), fewer than expected_items (4)"],
+        ),
+        (
             "items",
             lambda m: m["items"].pop(),
             ["items.jsonl line", "is not in manifest.json field items"],
@@ -497,6 +504,25 @@ def test_a_forged_plain_run_with_rehashed_outputs_is_refused_as_a_dependency(tmp
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"required toy run {RUN} does not audit clean" in done.stderr
     assert "manifest.json differs from its record in git" in done.stderr
+
+
+def test_a_required_run_is_checked_against_its_git_record(tmp_path):
+    stages = {
+        "toy": stage_spec("toy"),
+        "later": stage_spec("later", requires=["toy"], seed_namespace="later-1.0"),
+    }
+    toy = make_toy_repo(tmp_path / "toy", stages)
+    toy.approve("toy", RUN)
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    toy.approve("later", "later-20261130-001")
+    done = toy.pytest("--research-stage=later")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert audit(toy, "later-20261130-001").returncode == 0
+    toy.git("update-ref", "-d", ledger.manifest_ref(RUN))
+    assert_finding(
+        audit(toy, "later-20261130-001"),
+        f"approval.json field requires.toy: git has no record {ledger.manifest_ref(RUN)}",
+    )
 
 
 # -- inputs ---------------------------------------------------------------------------------------

@@ -515,6 +515,12 @@ class _Audit:
             if m.get("partial_summary_files"):
                 self.find(f"{MANIFEST}: field partial_summary_files is not empty in a complete run")
         elif status == INCOMPLETE:
+            expected, held = m.get("expected_items"), len(m.get("items", []))
+            if expected is not None and "minimal" not in m and held < expected:
+                self.find(
+                    f"{MANIFEST}: field items holds {held} item(s), fewer than expected_items "
+                    f"({expected}): every expected item has a record, run or not"
+                )
             if not reasons:
                 self.find(f"{MANIFEST}: field status is incomplete but incomplete_reasons is empty")
             if m.get("summary_files"):
@@ -715,6 +721,34 @@ class _Audit:
                     f"{name} differs from its record in git ({ref}): it was changed after it was written"
                 )
         self.check_single_attempt(run_id)
+        self.check_required_runs()
+
+    def check_required_runs(self) -> None:
+        """Each required run the approval binds is recorded in git with the bound manifest."""
+        requires = (self.approval or {}).get("requires")
+        if not isinstance(requires, dict):
+            return
+        for stage, bound in sorted(requires.items()):
+            if not isinstance(bound, dict):
+                continue
+            run_id, digest = bound.get("run_id"), bound.get("manifest_sha256")
+            where = f"{APPROVAL_COPY} field requires.{stage}"
+            if not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id):
+                self.find(f"{where}.run_id {run_id!r} is not a run id")
+                continue
+            ref = ledger.manifest_ref(run_id)
+            recorded = ledger.read(self.root, ref)
+            if recorded is None:
+                self.find(
+                    f"{where}: git has no record {ref}: the required run {run_id} was not "
+                    "recorded by a controller"
+                )
+            elif sha256_bytes(recorded) != digest:
+                self.find(
+                    f"{where}.manifest_sha256 is {digest}, but git records run {run_id}'s "
+                    f"manifest ({ref}) as {sha256_bytes(recorded)}: the run consumed a changed "
+                    "manifest"
+                )
 
     def check_single_attempt(self, run_id: str) -> None:
         plan = self.plan_at_source()
@@ -904,7 +938,7 @@ def audit_run_cached(root: Path, run_dir: Path) -> AuditResult:
         result = audit_run(root, run_dir, replay=False)
         if not result:
             return AuditResult(
-                replay_note="replay: the clean verdict stored for this exact manifest",
+                replay_note="replay: the clean verdict stored in runs/audits/ for this exact manifest SHA-256",
                 status=result.status,
             )
         return result
