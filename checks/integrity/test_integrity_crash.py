@@ -534,3 +534,24 @@ def test_a_nan_budget_makes_the_manifest_incomplete_instead_of_losing_it(tmp_pat
         written["summary_files"] == [] and written["partial_summary_files"][0]["path"] == "s.json"
     )
     assert "manifest.budget.seconds: NaN" in written["incomplete_reasons"][0]
+
+
+def test_every_item_folder_is_hashed_temporary_files_and_unclaimed_folders_included(tmp_path):
+    items_dir = tmp_path / "items"
+    for name in ("test_cell[cell0]", "test_cell[cell1]", "stray"):
+        (items_dir / name).mkdir(parents=True)
+        (items_dir / name / "result.json").write_text("{}")
+    (items_dir / "test_cell[cell1]" / ".result.json.99.tmp").write_text("{")  # interrupted write
+    recorded = [{"path": "result.json", "sha256": "x", "bytes": 2}]
+    items = [
+        entry(0, output_dir="test_cell[cell0]", outputs=recorded, outcome="passed"),
+        entry(1, outcome="interrupted"),  # no report with outputs came
+    ]
+    hashed = manifest.hash_item_folders(tmp_path, items, lambda n: n.split("::")[-1])
+    by_dir = {i["output_dir"]: i for i in hashed}
+    assert by_dir["test_cell[cell0]"]["outputs"] == recorded  # its own process's hashes kept
+    assert "outputs_rehashed" not in by_dir["test_cell[cell0]"]
+    cell1 = by_dir["test_cell[cell1]"]
+    assert [o["path"] for o in cell1["outputs"]] == [".result.json.99.tmp", "result.json"]
+    assert "recorded none" in cell1["outputs_rehashed"]
+    assert by_dir["stray"]["outcome"] == "unknown" and "items/stray" in by_dir["stray"]["nodeid"]

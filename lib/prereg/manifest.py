@@ -219,6 +219,20 @@ def read_item_log(run_dir: Path) -> tuple[list[dict], list[str]]:
     return records, problems
 
 
+def every_file(root: Path) -> list[dict]:
+    """Like :func:`prereg.hashing.file_entries`, but every file, a writer's temporary file
+    left by an interruption included: the audit sees them all, so the manifest lists them."""
+    return [
+        {
+            "path": p.relative_to(root).as_posix(),
+            "sha256": sha256_file(p),
+            "bytes": p.stat().st_size,
+        }
+        for p in sorted(Path(root).rglob("*"))
+        if p.is_file()
+    ]
+
+
 def hash_item_folders(
     run_dir: Path, items: list[dict], folder_of: Callable[[str], str]
 ) -> list[dict]:
@@ -237,7 +251,7 @@ def hash_item_folders(
         return items
     extra = []
     for folder in sorted(p for p in base.iterdir() if p.is_dir()):
-        present = file_entries(folder)
+        present = every_file(folder)
         item = by_folder.get(folder.name)
         if item is None:
             item = {"nodeid": f"(no item of this run: {ITEMS_DIR}/{folder.name})", "phases": {}}
@@ -287,7 +301,7 @@ def build_manifest(
     status = COMPLETE if not reasons else INCOMPLETE
     tracked = {START_RECORD, APPROVAL_COPY, ITEM_LOG, JUNIT}
     run_files = [e for e in file_entries(run_dir) if e["path"] in tracked]
-    summary = file_entries(run_dir / SUMMARY_DIR) if (run_dir / SUMMARY_DIR).exists() else []
+    summary = every_file(run_dir / SUMMARY_DIR) if (run_dir / SUMMARY_DIR).exists() else []
     return {
         "format": FORMAT,
         "stage": start["stage"],
@@ -401,7 +415,7 @@ def minimal_manifest(
         run_files, reasons = [], [*reasons, f"the run files could not be hashed: {err}"]
     try:
         summary_dir = Path(run_dir) / SUMMARY_DIR
-        partial = file_entries(summary_dir) if summary_dir.exists() else []
+        partial = every_file(summary_dir) if summary_dir.exists() else []
     except OSError as err:
         partial, reasons = [], [*reasons, f"the summary files could not be hashed: {err}"]
     return {
