@@ -6,9 +6,12 @@ artifact, :mod:`prereg.e04.reformulations`). One item per composite cell (task x
 harness x seed coordinate); each writes ``baseline.json``, ``s001.json``, ``s002.json``
 (:mod:`prereg.e04.cells`) and ``cell.timing.json`` (seconds and cache hits: the only
 non-reproducible file). The summary de-duplicates S001 by ``shared_key``
-(:mod:`prereg.e04.analysis`). Replay recomputes every measure from the saved rankings,
-regenerates the distractors, rebuilds every ranking from the cached vectors (BM25 from
-the repository) without embedding anything, and recomputes the summary.
+(:mod:`prereg.e04.analysis`) and binds the vectors the dense harnesses searched to the
+run (``summary/e04_vectors.npy`` and ``e04_vectors.json``, :mod:`prereg.e04.runvectors`).
+Replay recomputes every measure from the saved rankings, regenerates the distractors,
+rebuilds every ranking from the bound vectors (BM25 from the repository) without reading
+the vector cache, re-embeds a sample when the pinned backend is available, and
+recomputes the summary. The gate refuses a vector cache that is not the pinned model's.
 """
 
 from __future__ import annotations
