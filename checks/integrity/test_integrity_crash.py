@@ -207,6 +207,40 @@ def test_sigterm_and_sighup_handlers_live_from_the_gate_to_the_manifest_only(tmp
     assert seen["item"] == ["_raise_keyboard_interrupt"] * 2
 
 
+SECOND_SIGNALS = """
+import os, signal
+
+
+def pytest_sessionfinish(session):
+    if (session.config.rootpath / "runs" / "toy-20261130-001").is_dir():  # the run, not the listing
+        os.kill(os.getpid(), signal.SIGHUP)  # the terminal closes while the run ends
+        os.kill(os.getpid(), signal.SIGINT)  # and Ctrl-C is pressed again
+"""
+
+FAILING_SESSION_END = """
+def pytest_sessionfinish(session):
+    if (session.config.rootpath / "runs" / "toy-20261130-001").is_dir():  # the run, not the listing
+        raise RuntimeError("a plugin broke at the session end")
+"""
+
+
+def test_signals_during_the_session_end_are_noted_and_the_manifest_still_written(tmp_path):
+    toy = misbehaving(tmp_path, "sigterm", cell=1, conftest=SECOND_SIGNALS)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 2, done.stdout + done.stderr
+    check_honest(toy, "SIGTERM")
+    for name in ("SIGHUP", "SIGINT"):
+        assert f"WARNING: {name} arrived while the manifest was written" in done.stdout
+
+
+def test_a_plugin_failing_at_the_session_end_still_leaves_a_manifest_naming_it(tmp_path):
+    toy = misbehaving(tmp_path, "none", cell=-1, conftest=FAILING_SESSION_END)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode != 0
+    data = check_honest(toy, "a plugin broke at the session end")
+    assert [i["outcome"] for i in data["items"]] == ["passed"] * 4
+
+
 def test_a_worker_that_exits_leaves_its_partial_outputs_hashed_and_the_rest_passed(tmp_path):
     toy = misbehaving(tmp_path, "exit", cell=1)
     done = toy.pytest("--research-stage=toy", "-n", "2")
