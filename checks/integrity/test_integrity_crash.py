@@ -174,6 +174,8 @@ def test_a_manifest_that_cannot_be_recorded_in_git_stays_and_the_terminal_says_s
     assert ledger.manifest_ref(RUN) in done.stdout
     assert strict_json((toy.run_dir(RUN) / MANIFEST).read_bytes())["status"] == "complete"
     assert ledger.read(toy.root, ledger.manifest_ref(RUN)) == b"not this run's manifest"
+    audit = toy.audit(RUN)  # the record in git does not match: the audit says so
+    assert audit.returncode == 1 and ledger.manifest_ref(RUN) in audit.stdout, audit.stdout
 
 
 HANDLERS = """
