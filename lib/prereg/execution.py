@@ -723,11 +723,12 @@ def _worker_problems(plugins: list[tuple[str, object]]) -> list[str]:
 # -- the two entry points -------------------------------------------------------------------
 
 
-def problems(root: Path, plugins: list[tuple[str, object]]) -> list[str]:
+def problems(root: Path, plugins: list[tuple[str, object]], *, worker: bool = False) -> list[str]:
     """Each way this process's code escapes the approved checkout and recorded packages.
 
     ``plugins`` is ``config.pluginmanager.list_name_plugin()``. Each string names the file
-    and says what to do.
+    and says what to do. ``worker``: an xdist worker, whose ``__main__`` is execnet's
+    bootstrap (code given on its command line by xdist, a recorded package).
     """
     env = Environment.read(Path(root))
     if env.root is None:
@@ -742,7 +743,7 @@ def problems(root: Path, plugins: list[tuple[str, object]]) -> list[str]:
     files = loaded_files(plugins)
     found += _module_problems(env, files)
     found += _installed_bytecode_problems(env, files)
-    found += _main_problems()
+    found += [] if worker else _main_problems()
     found += _worker_problems(plugins)
     found += _path_problems(env)
     found += _pth_problems(env)

@@ -268,7 +268,10 @@ def hash_item_folders(
     return items + extra
 
 
-def environment(plugins: dict[str, list[str]], imported: dict[str, str], threads: dict) -> dict:
+def environment(
+    plugins: dict[str, list[str]], imported: dict[str, str], threads: dict, execution: dict
+) -> dict:
+    """The manifest's ``environment``; ``execution`` is :func:`prereg.execution.record` at the gate."""
     return {
         "interpreter": sys.executable,
         "python": platform.python_version(),
@@ -278,6 +281,7 @@ def environment(plugins: dict[str, list[str]], imported: dict[str, str], threads
         "packages_imported": imported,
         "thread_settings": threads,
         "pytest_plugins": plugins,
+        "execution": execution,
         "host": socket.gethostname(),
     }
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from prereg import approval as approvals
-from prereg import gate, ledger, manifest, provenance
+from prereg import execution, gate, ledger, manifest, provenance
 from prereg.context import BudgetExceeded, ItemContext
 from prereg.hashing import canonical_json, file_entries, read_json, sha256_file
 from prereg.plans import Plan, load_plan
@@ -63,7 +63,9 @@ class Settings:
     seed_namespace: str | None = None
     deadline: float | None = None
     gate_passed: bool = False
-    inputs: dict | None = None  # name -> bound input (path, kind, sha256 or commit), from the approval
+    inputs: dict | None = (
+        None  # name -> bound input (path, kind, sha256 or commit), from the approval
+    )
     required_runs: dict | None = None  # stage -> run id, from the approval
 
     @property
@@ -295,6 +297,13 @@ def _prereg_plan(request: pytest.FixtureRequest) -> dict:
         raise RuntimeError("this process did not receive a passed gate from the controller")
     if sha256_file(path) != settings.plan_sha256:
         raise RuntimeError(f"{path} no longer matches the approved plan; the run is void")
+    if hasattr(request.config, "workerinput"):  # a worker's own code, checked as the gate did
+        plugins = request.config.pluginmanager.list_name_plugin()
+        problems = execution.problems(Path(settings.root), plugins, worker=True)
+        if problems:
+            raise RuntimeError(
+                "this worker runs code the approval does not cover: " + "; ".join(problems)
+            )
     return read_json(path, what="plan")
 
 
@@ -391,6 +400,7 @@ class Controller:
             plugins=self.config.pluginmanager.list_name_plugin(),
         )
         self._refuse_if(gate.check(gathered.facts))
+        self.execution = execution.record(self.root, self.config.pluginmanager.list_name_plugin())
         from prereg.stages import load_kind
 
         self.plan = gathered.plan
@@ -654,6 +664,7 @@ class Controller:
         for data in self.worker_data or [{"packages_imported": provenance.imported_packages()}]:
             imported.update(data["packages_imported"])
         env = manifest.environment(
+            execution=self.execution,
             plugins=_plugin_names(self.config),
             imported=imported,
             threads={
