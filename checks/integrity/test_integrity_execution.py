@@ -553,3 +553,16 @@ def test_editable_install_metadata_is_allowed_only_while_it_names_committed_code
         (meta / "entry_points.txt").write_text(extra)
         found = execution._ignored_problems(checkout, [])
         assert len(found) == 1 and "lib/pkg.egg-info" in found[0] and phrase in found[0], found
+
+
+def test_the_manifest_records_the_execution_environment(toy):
+    done = toy.pytest("--research-stage=toy", "-n", "2", env={"PYTEST_ADDOPTS": "-p no:randomly"})
+    assert_runs(toy, done)  # each worker re-checked its own code too
+    recorded = toy.manifest(RUN)["environment"]["execution"]
+    assert recorded["PYTEST_ADDOPTS"] == "-p no:randomly" and recorded["PYTHONPATH"] is None
+    plugins = {p["name"]: p for p in recorded["plugins"]}
+    import prereg.plugin
+
+    mine = [p for p in plugins.values() if p["module"] == "prereg.plugin"]
+    assert mine and mine[0]["sha256"] == sha256(Path(prereg.plugin.__file__))
+    assert "conftest.py" in {Path(p["file"]).name for p in plugins.values() if p["file"]}
