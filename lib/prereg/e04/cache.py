@@ -9,6 +9,17 @@ File format (schema ``prereg-vector-cache``, version 1)::
             dims INTEGER, dtype TEXT, vector BLOB,      -- little-endian float32 bytes
             PRIMARY KEY (identity_sha256, text_sha256)) WITHOUT ROWID
 
+    claims(identity_sha256 TEXT, text_sha256 TEXT,      -- work in progress (no result)
+           owner TEXT, pid INTEGER, host TEXT, claimed_at REAL,
+           PRIMARY KEY (identity_sha256, text_sha256)) WITHOUT ROWID
+
+``claims`` gives each missing text one owner: a process embeds only texts it claimed
+(in one ``BEGIN IMMEDIATE`` transaction, skipping texts stored or claimed by another live
+process), and waits for the vectors of texts another process claimed. A claim of a
+process that is gone (same host) or older than :data:`CLAIM_STALE_SECONDS` is taken
+over; a takeover can only repeat work, never change a stored vector (first one stays).
+The table holds no result: a cache without it (older files) gains it when opened.
+
 The database runs in WAL mode with a busy timeout so that several processes
 (pytest-xdist workers) can read and write at once. Writes are ``INSERT OR
 IGNORE``: the first vector stored for a key stays; a later vector for the same
@@ -22,14 +33,17 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import socket
 import sqlite3
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from prereg.e04 import progress
 from prereg.e04.embeddings import (
     EmbeddingBackend,
     EmbeddingOutputError,
@@ -45,6 +59,14 @@ _STORED = np.dtype("<f4")
 _SELECT_BATCH = 500
 
 _LOCK_RETRY_SECONDS = 0.05  # polling interval while another process sets the cache up
+CLAIM_STALE_SECONDS = 600.0  # a claim this old is taken over (its owner hung or died)
+_CLAIM_POLL_SECONDS = 0.1  # polling interval while waiting for another process's vectors
+_CLAIMS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS claims (identity_sha256 TEXT NOT NULL, "
+    "text_sha256 TEXT NOT NULL, owner TEXT NOT NULL, pid INTEGER NOT NULL, "
+    "host TEXT NOT NULL, claimed_at REAL NOT NULL, "
+    "PRIMARY KEY (identity_sha256, text_sha256)) WITHOUT ROWID"
+)
 
 
 class VectorCacheError(ValueError):
@@ -181,6 +203,8 @@ class VectorCache:
                 f"{str(self.path)!r} is {SCHEMA_NAME} version {meta.get('version')!r}; this "
                 f"code reads version {SCHEMA_VERSION!r}. Use a new cache path."
             )
+        if "claims" not in tables:
+            connection.execute(_CLAIMS_TABLE)
 
     def close(self) -> None:
         """Close the connection."""
@@ -264,6 +288,10 @@ class VectorCache:
                         "dtype, vector) VALUES (?, ?, ?, ?, ?)",
                         (key, text_hash, dims, _DTYPE, row.astype(_STORED).tobytes()),
                     )
+                    self._connection.execute(
+                        "DELETE FROM claims WHERE identity_sha256 = ? AND text_sha256 = ?",
+                        (key, text_hash),
+                    )
                     if cursor.rowcount == 1:
                         inserted += 1
                         continue
@@ -288,6 +316,72 @@ class VectorCache:
                 self._connection.execute("ROLLBACK")
                 raise
         return inserted
+
+    def claim(
+        self, identity: dict, text_hashes: Sequence[str], limit: int, owner: str
+    ) -> list[str]:
+        """Claim up to ``limit`` of ``text_hashes`` (in order) for ``owner``; return them.
+
+        One ``BEGIN IMMEDIATE`` transaction: a text already stored, or claimed by another
+        owner whose process is alive and whose claim is younger than
+        :data:`CLAIM_STALE_SECONDS`, is skipped; the rest (up to ``limit``) are claimed.
+        """
+        key = self.register_identity(identity)
+        host = socket.gethostname()
+        now = time.time()
+        taken: list[str] = []
+        with self._guarded("claiming texts to embed"):
+            self._connection.execute("BEGIN IMMEDIATE")
+            try:
+                for start in range(0, len(text_hashes), _SELECT_BATCH):
+                    batch = list(text_hashes[start : start + _SELECT_BATCH])
+                    marks = ",".join("?" * len(batch))
+                    stored = {
+                        row[0]
+                        for row in self._connection.execute(
+                            "SELECT text_sha256 FROM vectors WHERE identity_sha256 = ? "
+                            f"AND text_sha256 IN ({marks})",
+                            (key, *batch),
+                        )
+                    }
+                    claims = {
+                        row[0]: row[1:]
+                        for row in self._connection.execute(
+                            "SELECT text_sha256, owner, pid, host, claimed_at FROM claims "
+                            f"WHERE identity_sha256 = ? AND text_sha256 IN ({marks})",
+                            (key, *batch),
+                        )
+                    }
+                    for text_hash in batch:
+                        if text_hash in stored:
+                            continue
+                        held = claims.get(text_hash)
+                        if held is not None and held[0] != owner and _claim_live(held, host, now):
+                            continue
+                        taken.append(text_hash)
+                        if len(taken) >= limit:
+                            break
+                    if len(taken) >= limit:
+                        break
+                self._connection.executemany(
+                    "INSERT OR REPLACE INTO claims (identity_sha256, text_sha256, owner, pid, "
+                    "host, claimed_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    [(key, h, owner, os.getpid(), host, now) for h in taken],
+                )
+                self._connection.execute("COMMIT")
+            except BaseException:
+                self._connection.execute("ROLLBACK")
+                raise
+        return taken
+
+    def release(self, identity: dict, text_hashes: Sequence[str], owner: str) -> None:
+        """Drop ``owner``'s claims on ``text_hashes`` (after a failed embedding)."""
+        key = identity_sha256(identity)
+        with self._guarded("releasing claims"):
+            self._connection.executemany(
+                "DELETE FROM claims WHERE identity_sha256 = ? AND text_sha256 = ? AND owner = ?",
+                [(key, h, owner) for h in text_hashes],
+            )
 
     def count(self, identity: dict | None = None) -> int:
         """Number of stored vectors (of one identity, or all)."""
@@ -424,6 +518,22 @@ def read_vectors(path: str | Path, identity: dict, text_hashes: Sequence[str]) -
     return found
 
 
+def _claim_live(held: tuple, host: str, now: float) -> bool:
+    """Whether a claim row (owner, pid, host, claimed_at) still holds its texts."""
+    _owner, pid, claim_host, claimed_at = held
+    if now - float(claimed_at) > CLAIM_STALE_SECONDS:
+        return False
+    if claim_host != host:
+        return True  # another machine's process: trust its claim until it is stale
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
 def _max_diff(a: np.ndarray, b: np.ndarray) -> str:
     if a.shape != b.shape:
         return "n/a"
@@ -466,8 +576,9 @@ class _DatabaseErrors:
 class CachedEmbeddings:
     """Vectors for a list of texts and how they were obtained.
 
-    ``vectors`` is float32 ``[n, d]`` as stored in the cache; ``hits`` and
-    ``misses`` count distinct texts; ``backend_calls`` counts ``embed`` calls.
+    ``vectors`` is float32 ``[n, d]`` as stored in the cache; ``misses`` counts the
+    distinct texts this call embedded, ``hits`` the other distinct texts (read from the
+    cache); ``backend_calls`` counts ``embed`` calls.
     """
 
     vectors: np.ndarray
@@ -479,14 +590,17 @@ class CachedEmbeddings:
 def embed_with_cache_report(
     backend: EmbeddingBackend, cache: VectorCache, texts: Sequence[str], *, batch_size: int
 ) -> CachedEmbeddings:
-    """Embed only the texts missing from the cache, in batches; return all vectors.
+    """Embed only the texts missing from the cache, each by one process; return all vectors.
 
-    Distinct texts are looked up by SHA-256; misses are embedded ``batch_size``
-    at a time in order of length (ascending, or descending in processes with an
-    odd pid, so two workers filling one cache meet in the middle; equal lengths in
-    order of first appearance), each batch
-    re-checked against the cache first, and stored; the result is read back from
-    the cache so that concurrent writers agree on every vector.
+    Distinct texts are looked up by SHA-256; misses are taken in order of length
+    (ascending, or descending in processes with an odd pid, so two workers filling one
+    cache start from opposite ends; equal lengths in order of first appearance). Each
+    batch of up to ``batch_size`` misses is first claimed in the cache
+    (:meth:`VectorCache.claim`): a text stored or claimed by another live process is not
+    embedded here, its vector is waited for. The result is read back from the cache, so
+    concurrent writers agree on every vector. ``misses`` counts the texts this call
+    embedded, ``hits`` the rest (stored before, or by another process meanwhile).
+    Progress (texts embedded, rate) goes to :func:`prereg.e04.progress.note`.
     """
     items = checked_texts(texts)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -497,25 +611,51 @@ def embed_with_cache_report(
     unique = list(first_text)
     stored = cache.get_many(identity, unique)
     missing = [h for h in unique if h not in stored]
-    # Batches of similar length pad less (MiniLM: 2.3x faster on Go functions); processes
-    # filling one cache start from opposite ends and skip what another process stored.
+    # Batches of similar length pad less (MiniLM: 2.3x faster on Go functions).
     missing.sort(key=lambda h: len(first_text[h]), reverse=os.getpid() % 2 == 1)  # stable
-    calls = 0
-    for start in range(0, len(missing), batch_size):
-        batch = missing[start : start + batch_size]
-        if calls:
-            batch = [h for h in batch if h not in cache.get_many(identity, batch)]
-            if not batch:
-                continue
-        vectors = backend.embed([first_text[h] for h in batch])
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+    throttle = progress.Throttle()
+    calls = embedded = 0
+    pending = list(missing)
+    while pending:
+        batch = cache.claim(identity, pending, batch_size, owner)
+        if not batch:  # every pending text is stored or claimed by another live process
+            arrived = cache.get_many(identity, pending)
+            pending = [h for h in pending if h not in arrived]
+            if pending:
+                time.sleep(_CLAIM_POLL_SECONDS)
+            continue
+        try:
+            vectors = backend.embed([first_text[h] for h in batch])
+            if vectors.shape[0] != len(batch):
+                raise EmbeddingOutputError(
+                    f"backend returned {vectors.shape[0]} vectors for {len(batch)} texts"
+                )
+            cache.put_many(identity, batch, vectors)
+        except BaseException:
+            cache.release(identity, batch, owner)
+            raise
         calls += 1
-        if vectors.shape[0] != len(batch):
-            raise EmbeddingOutputError(
-                f"backend returned {vectors.shape[0]} vectors for {len(batch)} texts"
+        embedded += len(batch)
+        done = set(batch)
+        pending = [h for h in pending if h not in done]
+        left = len(pending)
+        throttle.maybe(
+            lambda done=embedded, left=left: (
+                f"embedding: {done} of {len(missing)} "
+                f"missing texts embedded here ({done / max(throttle.elapsed(), 1e-9):.1f} texts/s), "
+                f"{len(missing) - done - left} by another worker, {left} to go"
             )
-        cache.put_many(identity, batch, vectors)
+        )
     if missing:
         stored.update(cache.get_many(identity, missing))
+        if progress.active() and embedded:
+            progress.note(
+                f"embedding: {embedded} texts embedded in {throttle.elapsed():.1f} s "
+                f"({embedded / max(throttle.elapsed(), 1e-9):.1f} texts/s, {calls} batches); "
+                f"{len(missing) - embedded} by another worker, {len(unique) - len(missing)} "
+                "already cached"
+            )
     dims = {vector.shape[0] for vector in stored.values()}
     if len(dims) > 1:
         raise VectorCacheError(
@@ -526,7 +666,7 @@ def embed_with_cache_report(
     for i, text_hash in enumerate(hashes):
         result[i] = stored[text_hash]
     return CachedEmbeddings(
-        vectors=result, hits=len(unique) - len(missing), misses=len(missing), backend_calls=calls
+        vectors=result, hits=len(unique) - embedded, misses=embedded, backend_calls=calls
     )
 
 
