@@ -372,7 +372,10 @@ def _show(path: str, env: Environment) -> str:
 def _module_problems(env: Environment, files: dict[str, list[str]]) -> list[str]:
     found = []
     for path, names in sorted(files.items()):
-        why = env.account(path)
+        try:
+            why = env.account(path)
+        except OSError as error:  # vanished or unreadable since it was loaded
+            why = f"cannot be read ({error.strerror}): nothing shows what ran"
         if why is not None:
             found.append(
                 f"loaded code {', '.join(sorted(set(names)))} from {_show(path, env)} {why}"
@@ -556,7 +559,10 @@ def _cache_problems(
         source = os.path.join(source_dir, stem + ".py")
         if not os.path.isfile(source):
             continue  # a cached pyc without its source is never loaded
-        why = _pyc_problem(path, source, opt, rewriter)
+        try:
+            why = _pyc_problem(path, source, opt, rewriter)
+        except FileNotFoundError:
+            continue  # removed meanwhile (a concurrent rewrite): it can no longer be loaded
         if why is not None:
             found.append(
                 f"bytecode {shown}/{entry} {why}: Python would run it instead of the committed "
