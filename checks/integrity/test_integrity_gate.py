@@ -341,3 +341,13 @@ def test_approve_prints_next_steps_that_name_this_environment(toy):
     command = next(line.split()[0] for line in lines if "--research-stage=toy" in line)
     assert Path(toy.root, command).is_file(), lines
     assert any(f"audit runs/{RUN}" in line for line in lines), lines
+
+
+def test_the_manifest_records_the_execution_environment_without_installed_files(toy):
+    toy.approve("toy", RUN)
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    execution = toy.manifest(RUN)["environment"]["execution"]
+    assert {"PYTEST_ADDOPTS", "PYTHONPATH", "plugins"} <= set(execution)
+    assert all(p["sha256"] for p in execution["plugins"] if p["file"])
+    changed = [c["file"] for e in execution["editable"] for c in e["changed"]]
+    assert not [f for f in changed if "site-packages" in f], changed

@@ -35,7 +35,9 @@ Beyond loaded modules it refuses what would run code later or elsewhere:
   site-packages being checked against RECORD;
 * the cached bytecode of the harness's installed machinery (pytest, pluggy, xdist,
   execnet) that differs from its source;
-* xdist ``--tx`` specs that start workers with another interpreter, variables or folder;
+* xdist ``--tx`` specs that start workers with another interpreter, variables or folder
+  on this host (a remote ``socket=`` or ``ssh=`` worker proves its own checkout and
+  environment before the run id is spent: :mod:`prereg.remote`);
 * a process started from ``python -c`` or interactively, and ``python -O``.
 
 What it cannot see: code loaded later by a path nobody imports by name (``ctypes``,
@@ -695,6 +697,12 @@ def worker_specs(plugins: list[tuple[str, object]]) -> list[str]:
     return specs
 
 
+# Gateways of workers on other hosts, and the options they may take: each such worker
+# proves its own state to the controller before the run id is spent (prereg.remote).
+REMOTE_GATEWAYS = ("socket=", "ssh=")
+REMOTE_OPTIONS = ("chdir", "id", "python")
+
+
 def _worker_problems(plugins: list[tuple[str, object]]) -> list[str]:
     """xdist workers run the items: they must be this interpreter, here, with this environment.
 
@@ -706,6 +714,10 @@ def _worker_problems(plugins: list[tuple[str, object]]) -> list[str]:
     me = _real(sys.executable)
     for spec in sorted(set(worker_specs(plugins))):
         kind, *options = spec.split("//")
+        if kind.startswith(REMOTE_GATEWAYS) and all(
+            o.partition("=")[0] in REMOTE_OPTIONS for o in options
+        ):
+            continue  # proves its own checkout and environment (prereg.remote)
         wrong = [] if kind == "popen" else [kind]
         for option in options:
             key, _, value = option.partition("=")
@@ -801,7 +813,13 @@ def record(root: Path, plugins: list[tuple[str, object]]) -> dict:
                 "distributions": [f"{d}-{v}" for d, v in dists],
                 "checkout": checkout.top,
                 "commit": checkout.head(),
-                "changed": checkout.changed({p for p in loaded if _under(p, checkout.top)}),
+                "changed": checkout.changed(
+                    {
+                        p
+                        for p in loaded
+                        if _under(p, checkout.top) and not any(_under(p, d) for d in env.sites)
+                    }
+                ),
             }
         )
     return {
