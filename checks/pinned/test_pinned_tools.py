@@ -1,0 +1,123 @@
+"""The pieces behind the pinned-stack check: the run comparison, the extras' collection rule,
+and install.sh's refusals. Fast; no pinned venv needed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pinnedcompare import compare_runs
+
+pytestmark = pytest.mark.software
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(root: Path, figures: dict, trials: bytes = b"\x00\x01") -> Path:
+    cell = root / "items" / "test_cell[a]"
+    cell.mkdir(parents=True)
+    (cell / "figures.json").write_text(json.dumps(figures))
+    (cell / "trials.npz").write_bytes(trials)
+    (cell / "cpu.timing.json").write_text(json.dumps({"seconds": root.name}))
+    (root / "manifest.json").write_text(json.dumps({"host": root.name}))
+    return root
+
+
+def test_identical_runs_compare_identical_and_records_and_timings_are_left_out(tmp_path):
+    a = _run(tmp_path / "a", {"x": 1.5, "n": 3})
+    b = _run(tmp_path / "b", {"x": 1.5, "n": 3})
+    diffs = compare_runs(a, b)
+    assert {d.path for d in diffs} == {
+        "items/test_cell[a]/figures.json",
+        "items/test_cell[a]/trials.npz",
+    }
+    assert all(d.kind == "identical" for d in diffs)
+
+
+def test_a_changed_integer_string_or_binary_file_is_a_difference_not_a_tolerance(tmp_path):
+    a = _run(tmp_path / "a", {"n": 3, "s": "x"}, trials=b"\x00")
+    b = _run(tmp_path / "b", {"n": 4, "s": "y"}, trials=b"\x01")
+    kinds = {d.path.rsplit("/", 1)[1]: d for d in compare_runs(a, b)}
+    assert kinds["figures.json"].kind == "different"
+    assert any("integer 3 != 4" in o for o in kinds["figures.json"].other)
+    assert kinds["trials.npz"].kind == "different"
+
+
+def test_a_file_in_only_one_run_is_missing(tmp_path):
+    a = _run(tmp_path / "a", {"x": 1.0})
+    b = _run(tmp_path / "b", {"x": 1.0})
+    (b / "summary").mkdir()
+    (b / "summary" / "extra.json").write_text("{}")
+    assert [d.kind for d in compare_runs(a, b) if d.path == "summary/extra.json"] == ["missing"]
+
+
+@given(
+    st.floats(min_value=1e-6, max_value=1e6),
+    st.floats(min_value=1e-14, max_value=1e-3),
+)
+def test_a_float_difference_is_measured_relative(tmp_path_factory, x, r):
+    root = tmp_path_factory.mktemp("cmp")
+    y = x * (1 + r)
+    a = _run(root / "a", {"v": [x]})
+    b = _run(root / "b", {"v": [y]})
+    (d,) = [d for d in compare_runs(a, b) if d.path.endswith("figures.json")]
+    if x == y:
+        assert d.kind == "identical"
+    else:
+        assert d.kind == "numeric" and d.differing == 1
+        assert math.isclose(d.max_rel, abs(y - x) / max(x, y), rel_tol=1e-9)
+
+
+def _checks_conftest():
+    spec = importlib.util.spec_from_file_location(
+        "checks_conftest", REPO / "checks" / "conftest.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_only_an_absent_optional_module_keeps_a_check_module_out(tmp_path, monkeypatch):
+    rules = _checks_conftest()
+    monkeypatch.setitem(rules.OPTIONAL_MODULES, "prereg_absent_extra_pkg", "training")
+    needs_extra = tmp_path / "test_a.py"
+    needs_extra.write_text("import json\nimport prereg_absent_extra_pkg.sub\n")
+    assert rules.imports_missing_extra(needs_extra) == ("prereg_absent_extra_pkg", "training")
+    other = tmp_path / "test_b.py"
+    other.write_text("import prereg_absent_other_pkg\n")  # not an extra's: pytest's error
+    assert rules.imports_missing_extra(other) is None
+    installed = tmp_path / "test_c.py"
+    installed.write_text("import numpy\n")  # an extra's module that is installed is collected
+    monkeypatch.setitem(rules.OPTIONAL_MODULES, "numpy", "training")
+    assert rules.imports_missing_extra(installed) is None
+
+
+def test_install_sh_refuses_a_venv_of_another_python_and_an_unknown_option(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    other = "python3.9" if sys.version_info[:2] != (3, 9) else "python3.11"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / other).write_text("#!/bin/sh\necho 0.0\n")  # reports another minor version
+    (fake / other).chmod(0o755)
+    done = subprocess.run(
+        ["bash", "install.sh", "--pinned", "--venv", str(venv)],
+        cwd=REPO,
+        env={"PATH": f"{fake}:/usr/bin:/bin", "PYTHON": other},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert f"{venv} holds Python {sys.version_info[0]}.{sys.version_info[1]}" in done.stderr
+    done = subprocess.run(
+        ["bash", "install.sh", "--pinnned"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2 and "unknown option --pinnned" in done.stderr
