@@ -319,6 +319,17 @@ def test_an_item_log_line_edited_and_rehashed_is_a_finding(honest, tmp_path):
     )
 
 
+def test_an_item_log_line_with_a_repeated_key_is_a_finding(honest, tmp_path):
+    toy = clone(honest, tmp_path)
+    run = toy.run_dir(RUN)
+    log = run / "items.jsonl"
+    lines = log.read_text().splitlines()
+    lines[0] = lines[0].replace('{"', '{"outcome": "failed", "', 1)
+    log.write_text("\n".join(lines) + "\n")
+    _edit_manifest(toy, lambda m: rehash(run, m))
+    assert_finding(audit(toy), "items.jsonl line 1: not valid JSON", "'outcome' appears twice")
+
+
 def test_a_torn_item_log_is_a_finding(honest, tmp_path):
     toy = clone(honest, tmp_path)
     run = toy.run_dir(RUN)
@@ -523,6 +534,32 @@ def test_a_required_run_is_checked_against_its_git_record(tmp_path):
         audit(toy, "later-20261130-001"),
         f"approval.json field requires.toy: git has no record {ledger.manifest_ref(RUN)}",
     )
+
+
+def test_a_single_attempt_stage_is_checked_against_its_attempt_record(tmp_path):
+    toy = make_toy_repo(tmp_path / "toy", {"toy": stage_spec("toy", single_attempt=True)})
+    toy.approve("toy", RUN)
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    assert audit(toy).returncode == 0
+    ref = ledger.attempt_ref("toy")
+    other = json.dumps({"run_id": "toy-20261130-005"}).encode()
+    blob = (
+        subprocess.run(
+            ["git", "-C", str(toy.root), "hash-object", "-w", "--stdin"],
+            input=other,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .strip()
+    )
+    toy.git("update-ref", ref, blob)
+    assert_finding(
+        audit(toy),
+        f"stage toy allows a single attempt and git records it as run toy-20261130-005 ({ref})",
+    )
+    toy.git("update-ref", "-d", ref)
+    assert_finding(audit(toy), f"stage toy allows a single attempt, but git has no record {ref}")
 
 
 # -- inputs ---------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from prereg import gitrepo, ledger
-from prereg.hashing import read_json, sha256_bytes, sha256_file, write_json
+from prereg.hashing import parse_json, read_json, sha256_bytes, sha256_file, write_json
 from prereg.runs import (
     APPROVAL_COPY,
     COMPLETE,
@@ -547,7 +547,7 @@ class _Audit:
         for number, line in enumerate(lines, start=1):
             where = f"{ITEM_LOG} line {number}"
             try:
-                entry = json.loads(line)
+                entry = parse_json(line, what="line", source=f"{number}")
             except ValueError as err:
                 self.find(f"{where}: not valid JSON ({err})")
                 continue
@@ -909,8 +909,9 @@ def _plan_from_bytes(root: Path, rel: str, data: bytes):
     """The plan as it was at the run's commit (the working copy may have moved on)."""
     from prereg.plans import PLAN_SCHEMA, Plan
 
-    value = json.loads(data)
-    validate(value, PLAN_SCHEMA, source=f"{rel} (at the run's commit)")
+    source = f"{rel} (at the run's commit)"
+    value = parse_json(data, what="plan", source=source)
+    validate(value, PLAN_SCHEMA, source=source)
     return Plan(path=Path(root) / rel, sha256=sha256_bytes(data), data=value)
 
 
