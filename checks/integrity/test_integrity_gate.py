@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from prereg import gate, ledger
+from prereg.hashing import canonical_json, sha256_file
 from prereg.runs import RunIdError, run_dir, valid_run_id
 from prereg.testing import make_toy_repo, stage_spec
 
@@ -351,3 +352,61 @@ def test_the_manifest_records_the_execution_environment_without_installed_files(
     assert all(p["sha256"] for p in execution["plugins"] if p["file"])
     changed = [c["file"] for e in execution["editable"] for c in e["changed"]]
     assert not [f for f in changed if "site-packages" in f], changed
+
+
+def test_a_forged_run_is_not_accepted_by_a_dependent_stage(tmp_path):
+    stages = {"toy": stage_spec("toy"), "later": stage_spec("later", requires=["toy"])}
+    toy = make_toy_repo(tmp_path / "forged", stages)
+    toy.approve("toy", RUN)
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    # The forgery: a run folder made by hand from the honest one, every hash made to match.
+    import shutil
+
+    forged = toy.run_dir(NEXT)
+    shutil.copytree(toy.run_dir(RUN), forged)
+    start = json.loads((forged / "start.json").read_text())
+    start["run_id"] = NEXT
+    (forged / "start.json").write_text(canonical_json(start))
+    manifest = json.loads((forged / "manifest.json").read_text())
+    manifest["run_id"] = NEXT
+    for entry in manifest["run_files"]:
+        entry["sha256"] = sha256_file(forged / entry["path"])
+        entry["bytes"] = (forged / entry["path"]).stat().st_size
+    (forged / "manifest.json").write_text(canonical_json(manifest))
+    done = toy.prereg(
+        "approve", "--stage", "later", "--run-id", "later-20261130-001",
+        "--use-run", f"toy={NEXT}", "--accept-deviations",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"run {NEXT} does not audit clean" in done.stderr, done.stderr
+    audit = toy.audit(NEXT)
+    assert audit.returncode == 1 and ledger.start_ref(NEXT) in audit.stdout, audit.stdout
+    honest = toy.prereg(
+        "approve", "--stage", "later", "--run-id", "later-20261130-001", "--accept-deviations"
+    )
+    assert honest.returncode == 0, honest.stderr
+    assert (
+        json.loads((toy.root / "plans" / "approvals" / "later-20261130-001.json").read_text())[
+            "requires"
+        ]["toy"]["run_id"]
+        == RUN
+    )
+
+
+def test_a_damaged_run_folder_does_not_break_choosing_a_required_run(tmp_path):
+    stages = {"toy": stage_spec("toy"), "later": stage_spec("later", requires=["toy"])}
+    toy = make_toy_repo(tmp_path / "damaged", stages)
+    toy.approve("toy", RUN)
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    damaged = toy.run_dir(NEXT)
+    damaged.mkdir()
+    (damaged / "start.json").write_text("{not json")
+    (damaged / "manifest.json").write_text('{"status": "complete", "status": "complete"}')
+    done = toy.prereg(
+        "approve", "--stage", "later", "--run-id", "later-20261130-001", "--accept-deviations"
+    )
+    assert done.returncode == 0, done.stderr
+    listed = toy.prereg("runs", "--no-audit")
+    assert listed.returncode == 0 and "unreadable" in listed.stdout, listed.stdout + listed.stderr
+    assert toy.prereg("report", "--all", "--no-audit").returncode == 0
+    assert toy.audit(NEXT).returncode in (1, 3)

@@ -150,7 +150,15 @@ def input_problems(record_inputs: dict) -> list[str]:
 
 
 def latest_complete_run(root: Path, stage: str) -> str | None:
-    done = [r for r in all_runs(root) if r.stage == stage and r.status == COMPLETE]
+    """The stage's latest complete run whose manifest is the one git records for it."""
+    done = [
+        r
+        for r in all_runs(root)
+        if r.stage == stage
+        and r.status == COMPLETE
+        and ledger.read(root, ledger.manifest_ref(r.run_id))
+        == (r.path / "manifest.json").read_bytes()
+    ]
     done.sort(key=lambda r: r.manifest["ended_at"])
     return done[-1].run_id if done else None
 
@@ -330,7 +338,9 @@ def find_approval(root: Path, stage: str, run_id: str | None) -> Approval:
     unspent = [
         a
         for a in list_approvals(root)
-        if a.stage == stage and not has_started(root, a.run_id) and not ledger.is_spent(root, a.run_id)
+        if a.stage == stage
+        and not has_started(root, a.run_id)
+        and not ledger.is_spent(root, a.run_id)
     ]
     if not unspent:
         raise ApprovalError(

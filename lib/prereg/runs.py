@@ -97,13 +97,20 @@ class RunState:
     manifest: dict | None
 
 
+UNREADABLE = "unreadable (its manifest or start record is not valid JSON of the right shape)"
+
+
 def run_state(path: Path) -> RunState:
+    """What a run folder says of itself; a damaged record is a state, never a crash."""
     manifest_path = path / MANIFEST
-    if manifest_path.exists():
-        manifest = read_json(manifest_path, what="manifest")
-        return RunState(path.name, path, manifest.get("stage"), manifest["status"], manifest)
-    start = read_json(path / START_RECORD, what="start record")
-    return RunState(path.name, path, start.get("stage"), RUNNING_OR_KILLED, None)
+    try:
+        if manifest_path.exists():
+            manifest = read_json(manifest_path, what="manifest")
+            return RunState(path.name, path, manifest.get("stage"), manifest["status"], manifest)
+        start = read_json(path / START_RECORD, what="start record")
+        return RunState(path.name, path, start.get("stage"), RUNNING_OR_KILLED, None)
+    except (ValueError, KeyError, TypeError, AttributeError, OSError):
+        return RunState(path.name, path, None, UNREADABLE, None)
 
 
 def all_runs(root: Path) -> list[RunState]:

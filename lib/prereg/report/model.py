@@ -76,6 +76,21 @@ def load_run(run_dir: Path) -> RunRecord:
             f"run_dir {run_dir} holds no {START_RECORD}: it is not a started run. Give a run "
             "folder (runs/<run-id>) or a refusal record (runs/refusals/<name>.json)"
         )
+    try:
+        return _load_started_run(run_dir)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return RunRecord(  # its audit names what is damaged
+            run_id=run_dir.name,
+            path=run_dir,
+            stage=None,
+            status="unreadable",
+            start={},
+            manifest=None,
+            items=(),
+        )
+
+
+def _load_started_run(run_dir: Path) -> RunRecord:
     start = read_json(run_dir / START_RECORD, what="start record")
     if (run_dir / MANIFEST).is_file():
         manifest = read_json(run_dir / MANIFEST, what="manifest")
