@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 
 import pytest
 from pipelinerepo import prereg, run_pipeline, scratch_clone, steps, tiny_plan
 
-from prereg.hashing import write_json
+from prereg import ledger
+from prereg.hashing import sha256_file, write_json
 
 pytestmark = [pytest.mark.software, pytest.mark.slow]
 
@@ -44,9 +46,13 @@ def test_every_stage_completes_and_the_decisions_follow_the_protocol_order(tiny_
 
 
 def test_a_consistent_forgery_of_weights_is_caught_only_by_replay(tiny_pipeline):
+    """An operator who rewrites every record (item log, manifest and its git record) passes
+    the hash and record checks; the replay still catches the changed weights."""
     run = runs(tiny_pipeline)["target-variance"]
-    manifest_path = run / "manifest.json"
-    original = manifest_path.read_bytes()
+    manifest_path, log = run / "manifest.json", run / "items.jsonl"
+    original, original_log = manifest_path.read_bytes(), log.read_bytes()
+    ref = ledger.manifest_ref(run.name)
+    recorded = ledger.read(tiny_pipeline, ref)
     manifest = json.loads(original)
     item = manifest["items"][0]
     weights = run / "items" / item["output_dir"] / "B1.weights"
@@ -58,7 +64,17 @@ def test_a_consistent_forgery_of_weights_is_caught_only_by_replay(tiny_pipeline)
         for entry in item["outputs"]:
             if entry["path"] == "B1.weights":
                 entry["sha256"] = hashlib.sha256(forged).hexdigest()
+        lines = [json.loads(line) for line in original_log.decode().splitlines()]
+        for line in lines:
+            if line["nodeid"] == item["nodeid"]:
+                line["outputs"] = item["outputs"]
+        log.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+        for entry in manifest["run_files"]:
+            if entry["path"] == "items.jsonl":
+                entry.update(sha256=sha256_file(log), bytes=log.stat().st_size)
         write_json(manifest_path, manifest)
+        assert prereg(tiny_pipeline, "audit", str(run), "--no-replay").returncode == 1
+        _set_ref(tiny_pipeline, ref, manifest_path.read_bytes())  # the git record rewritten
         assert prereg(tiny_pipeline, "audit", str(run), "--no-replay").returncode == 0
         done = prereg(tiny_pipeline, "audit", str(run))
         assert done.returncode == 1
@@ -66,6 +82,17 @@ def test_a_consistent_forgery_of_weights_is_caught_only_by_replay(tiny_pipeline)
     finally:
         weights.write_bytes(saved)
         manifest_path.write_bytes(original)
+        log.write_bytes(original_log)
+        _set_ref(tiny_pipeline, ref, recorded)
+
+
+def _set_ref(root, ref: str, data: bytes) -> None:
+    def git(*args, data=None):
+        command = ["git", "-C", str(root), *args]
+        return subprocess.run(command, input=data, capture_output=True, check=True)
+
+    blob = git("hash-object", "-w", "--stdin", data=data).stdout.decode().strip()
+    git("update-ref", ref, blob)
 
 
 def test_serial_and_two_workers_train_to_identical_bytes(tiny_pipeline, tmp_path):
