@@ -617,8 +617,9 @@ def embed_with_cache_report(
     throttle = progress.Throttle()
     calls = embedded = 0
     pending = list(missing)
+    claim = getattr(cache, "claim", None)  # a read-only stand-in (the replay's) has none
     while pending:
-        batch = cache.claim(identity, pending, batch_size, owner)
+        batch = claim(identity, pending, batch_size, owner) if claim else pending[:batch_size]
         if not batch:  # every pending text is stored or claimed by another live process
             arrived = cache.get_many(identity, pending)
             pending = [h for h in pending if h not in arrived]
@@ -633,7 +634,8 @@ def embed_with_cache_report(
                 )
             cache.put_many(identity, batch, vectors)
         except BaseException:
-            cache.release(identity, batch, owner)
+            if claim:
+                cache.release(identity, batch, owner)
             raise
         calls += 1
         embedded += len(batch)

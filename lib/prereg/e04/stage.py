@@ -16,13 +16,14 @@ recomputes the summary. The gate refuses a vector cache that is not the pinned m
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prereg.context import ItemContext
-from prereg.e04 import analysis
+from prereg.e04 import analysis, progress
 from prereg.e04.backends import build_backend
 from prereg.e04.cache import VectorCache
 from prereg.e04.cells import (
@@ -158,6 +159,10 @@ def workspace_for(
     if key not in _WORKSPACES:
         settings = settings_of(plan, stage)
         loaded = load_inputs(settings, inputs)
+        progress.note(
+            f"inputs: {len(loaded.task_file.tasks)} tasks, repository {loaded.repository}; "
+            "this worker loads corpora and builds indexes on first use"
+        )
         backend = cache = None
         if settings.dense:
             import faiss
@@ -174,8 +179,19 @@ def workspace_for(
 
 
 def run_item(context: ItemContext, cell: Cell, *, root: Path, inputs: dict[str, Path]) -> None:
-    """One composite cell under the research fixture: compute and write its records."""
+    """One composite cell under the research fixture: compute and write its records.
+
+    Progress (inputs and corpora loaded, embedding batches with counts and rate, index
+    builds, queries) goes to the run's progress log through ``context.progress``.
+    """
+    with progress.reporting_to(context.progress):
+        _run_item(context, cell, root=root, inputs=inputs)
+
+
+def _run_item(context: ItemContext, cell: Cell, *, root: Path, inputs: dict[str, Path]) -> None:
     settings = settings_of(context.plan, context.stage)
+    start = time.perf_counter()
+    progress.note(f"cell {cell.item_id}: started")
     workspace, loaded = workspace_for(root, context.plan, context.stage, inputs)
     context.coords(
         task=cell.task_id,
@@ -197,6 +213,7 @@ def run_item(context: ItemContext, cell: Cell, *, root: Path, inputs: dict[str, 
         ),
     )
     write_outputs(context.outputs, outputs)
+    progress.note(f"cell {cell.item_id}: done in {time.perf_counter() - start:.1f} s")
     context.check_budget()
 
 
