@@ -520,9 +520,33 @@ class Controller:
             problem = manifest.append_item(self.run_dir, entry)
             if problem:
                 entry["log_error"] = problem  # a reason in the manifest; the run goes on
+            self._announce_finished(entry)
         spec = self.plan.stage(self.settings.stage)
         if spec["budget_enforced"] and time.time() > self.started + spec["budget_seconds"]:
             self.session.shouldstop = "the stage's wall-time budget is exhausted"
+
+    def _announce_finished(self, entry: dict) -> None:
+        """One line per finished item with an ETA (:mod:`prereg.eta`), on the terminal
+        (also under -n 2: the controller writes it) and in the run's progress log."""
+        from prereg import eta
+
+        try:
+            done = sum(1 for e in self.entries.values() if "outcome" in e)
+            line = eta.finished_line(
+                nodeid=entry["nodeid"],
+                outcome=entry["outcome"],
+                seconds=entry["elapsed_seconds"],
+                done=done,
+                total=max(len(self.expected), done),
+                elapsed=time.time() - self.started,
+            )
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.ensure_newline()
+                reporter.write_line(line)
+            eta.append(progress_log(self.root, self.settings.run_id), line)
+        except Exception:  # noqa: BLE001, S110 -- a progress line never costs the run
+            pass
 
     def pytest_keyboard_interrupt(self, excinfo) -> None:
         message = str(excinfo.value) or "Ctrl-C or SIGINT"
