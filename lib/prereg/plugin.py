@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from prereg import approval as approvals
-from prereg import execution, gate, ledger, manifest, provenance
+from prereg import execution, gate, ledger, manifest, provenance, remote
 from prereg.context import BudgetExceeded, ItemContext
 from prereg.hashing import canonical_json, file_entries, read_json, sha256_file
 from prereg.plans import Plan, load_plan
@@ -67,6 +67,8 @@ class Settings:
         None  # name -> bound input (path, kind, sha256 or commit), from the approval
     )
     required_runs: dict | None = None  # stage -> run id, from the approval
+    # A remote worker (xdist socket=/ssh= gateway): outputs go back through the item report.
+    ship_outputs: bool = False
 
     @property
     def research(self) -> bool:
@@ -76,6 +78,7 @@ class Settings:
 SETTINGS = pytest.StashKey[Settings]()
 ITEM_RECORD = pytest.StashKey[dict]()
 PEAK = pytest.StashKey[provenance.PeakScope]()
+SHIPPED = pytest.StashKey[Path]()  # a remote worker's private output folder of an item
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -162,7 +165,10 @@ def pytest_configure(config: pytest.Config) -> None:
     root = Path(config.rootpath)
     if hasattr(config, "workerinput"):
         data = config.workerinput.get(PROPERTY)
-        settings = Settings(**data) if data else Settings(root=str(root))
+        # Each worker's own checkout: a remote worker's differs from the controller's.
+        settings = Settings(**{**data, "root": str(root)}) if data else Settings(root=str(root))
+        if settings.research:
+            provenance.set_thread_environment(settings.threads)  # remote workers inherit none
     elif config.option.research_stage is None:
         settings = Settings(root=str(root))
     elif config.option.prereg_list_items:
@@ -302,7 +308,8 @@ def _prereg_plan(request: pytest.FixtureRequest) -> dict:
         problems = execution.problems(Path(settings.root), plugins, worker=True)
         if problems:
             raise RuntimeError(
-                "this worker runs code the approval does not cover: " + "; ".join(problems)
+                f"worker {request.config.workerinput.get('workerid')} runs code the approval "
+                "does not cover: " + "; ".join(problems)
             )
     return read_json(path, what="plan")
 
@@ -313,6 +320,9 @@ def research(request: pytest.FixtureRequest, _prereg_plan: dict) -> ItemContext:
     settings = request.config.stash[SETTINGS]
     record = request.node.stash[ITEM_RECORD]
     outputs = run_dir(Path(settings.root), settings.run_id) / ITEMS_DIR / record["output_dir"]
+    if settings.ship_outputs:  # a remote worker: a private folder, sent back with the report
+        outputs = Path(tempfile.mkdtemp(prefix="prereg-item-")) / record["output_dir"]
+        request.node.stash[SHIPPED] = outputs
     outputs.mkdir(parents=True, exist_ok=False)
     context = ItemContext(
         stage=settings.stage,
@@ -326,7 +336,9 @@ def research(request: pytest.FixtureRequest, _prereg_plan: dict) -> ItemContext:
         required_runs={
             k: run_dir(Path(settings.root), v) for k, v in (settings.required_runs or {}).items()
         },
-        progress_log=progress_log(Path(settings.root), settings.run_id),
+        progress_log=None
+        if settings.ship_outputs
+        else progress_log(Path(settings.root), settings.run_id),
     )
     context.check_budget()
     record["thread_settings"] = provenance.apply_thread_limits(settings.threads)
@@ -341,8 +353,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         try:
             settings = item.config.stash[SETTINGS]
             base = run_dir(Path(settings.root), settings.run_id) / ITEMS_DIR
-            outputs = base / record["output_dir"]
+            outputs = item.stash.get(SHIPPED, base / record["output_dir"])
             record["outputs"] = file_entries(outputs) if outputs.exists() else []
+            if SHIPPED in item.stash:
+                shipped = item.stash[SHIPPED]
+                del item.stash[SHIPPED]
+                try:
+                    chunks = remote.pack(shipped)
+                finally:
+                    remote.discard(shipped.parent)
+                report.user_properties.extend((remote.OUTPUT_PROPERTY, c) for c in chunks)
             peak = item.stash.get(PEAK, None)
             if peak is not None:
                 record["peak_rss_bytes"], record["peak_rss_scope"] = peak.stop()
@@ -378,6 +398,7 @@ class Controller:
         self.expected: list[str] = []
         self.worker_data: list[dict] = []
         self.workers = 0
+        self.gateways: dict[str, dict] = {}  # gateway id -> its spec, description, problems
         self.started = 0.0
         self.interrupted: str | None = None
         self.plan: Plan | None = None
@@ -432,6 +453,7 @@ class Controller:
         in git first (atomic, once), then the run folder."""
         if self.started:
             return
+        self._refuse_if(self._worker_refusals())
         expected = self.listing.wait()
         if isinstance(expected, str):
             self._refuse_if([gate.Refusal("whole-stage", expected)])
@@ -484,8 +506,61 @@ class Controller:
         ]
 
     @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_setupnodes(self, config: pytest.Config, specs) -> None:
+        """No implicit rsync: xdist would copy pytest into a remote worker's checkout."""
+        dsession = config.pluginmanager.getplugin("dsession")
+        if any(remote.is_remote(s) for s in specs) and dsession is not None:
+            dsession.nodemanager.roots = []
+            # A restarted worker would join after the run id is spent: none is restarted.
+            dsession._max_worker_restart = 0
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_newgateway(self, gateway) -> None:
+        """Describe every gateway; a remote one also proves its state against the approval,
+        in the interpreter that then runs the worker, before the run id is spent."""
+        spec = gateway.spec
+        entry = {"id": gateway.id, "spec": remote.spec_text(spec), "problems": []}
+        self.gateways[gateway.id] = entry
+        try:
+            if remote.is_remote(spec):
+                kind = self.plan.stage(self.settings.stage)["kind"]
+                state = remote.run_on_gateway(
+                    gateway,
+                    remote.PROVE_SOURCE,
+                    {
+                        "approval_rel": self.approval.path.relative_to(self.root).as_posix(),
+                        "approval_sha256": sha256_file(self.approval.path),
+                        "stage": self.settings.stage,
+                        "package": remote.package_files(),
+                        "kind": {"name": kind, **remote.kind_file(kind)},
+                        "variables": {n: os.environ.get(n) for n in remote.LOADING_VARIABLES},
+                        "threads": self.settings.threads,
+                    },
+                )
+            else:
+                state = remote.run_on_gateway(gateway, remote.DESCRIBE_SOURCE, None)
+        except Exception as err:  # noqa: BLE001 -- a worker that cannot prove its state is refused
+            state = {"problems": [f"its proof did not run: {manifest.describe(err)}"]}
+        entry.update(state)
+        if self.started and entry["problems"]:  # joined after spending: the run is void
+            self._interruption(str(self._worker_refusals()[-1]))
+            self.session.shouldstop = f"worker {gateway.id} could not prove its state"
+
+    def _worker_refusals(self) -> list[gate.Refusal]:
+        return [
+            gate.Refusal(
+                "worker",
+                f"worker {e['id']} (--tx {e['spec']}, host {e.get('host', '?')}, checkout "
+                f"{e.get('checkout', '?')}): {problem}",
+            )
+            for e in self.gateways.values()
+            for problem in e["problems"]
+        ]
+
+    @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        node.workerinput[PROPERTY] = asdict(self.settings)
+        ship = remote.is_remote(node.gateway.spec)
+        node.workerinput[PROPERTY] = asdict(self.settings) | {"ship_outputs": ship}
         self.workers += 1
 
     @pytest.hookimpl(optionalhook=True)
@@ -504,15 +579,20 @@ class Controller:
         if not hasattr(self.config, "workerinput") and not _distributed(self.config):
             self._verify_and_spend([item.nodeid for item in session.items])
 
+    @pytest.hookimpl(tryfirst=True)  # before junit.xml takes the properties
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         entry = self.entries.setdefault(
             report.nodeid, {"nodeid": report.nodeid, "phases": {}, "elapsed_seconds": 0.0}
         )
         entry["phases"][report.when] = report.outcome
         entry["elapsed_seconds"] = round(entry["elapsed_seconds"] + report.duration, 6)
+        node = getattr(report, "node", None)
+        if node is not None:
+            entry["worker"] = node.gateway.id
         for name, value in report.user_properties:
             if name == PROPERTY:
                 entry.update(json.loads(value))
+        self._receive_outputs(report, entry)
         if report.failed:
             entry.setdefault("tracebacks", {})[report.when] = report.longreprtext
         if report.when in ("teardown", "???"):  # "???": xdist's report for a crashed worker
@@ -547,6 +627,27 @@ class Controller:
             eta.append(progress_log(self.root, self.settings.run_id), line)
         except Exception:  # noqa: BLE001, S110 -- a progress line never costs the run
             pass
+
+    def _receive_outputs(self, report: pytest.TestReport, entry: dict) -> None:
+        """A remote worker's outputs: written into the item folder, hashed as a local
+        worker's are, and compared with the hashes the worker took."""
+        chunks = [v for n, v in report.user_properties if n == remote.OUTPUT_PROPERTY]
+        if not chunks:
+            return
+        report.user_properties[:] = [
+            p for p in report.user_properties if p[0] != remote.OUTPUT_PROPERTY
+        ]
+        folder = self.run_dir / ITEMS_DIR / _output_dir_of(report.nodeid)
+        try:
+            problems = remote.unpack(chunks, contained(self.root, folder))
+            if not problems and file_entries(folder) != entry.get("outputs"):
+                problems = ["the outputs written differ from the hashes the worker sent"]
+        except Exception as err:  # noqa: BLE001 -- a reason in the manifest; the run goes on
+            problems = [manifest.describe(err)]
+        if problems:
+            entry["record_error"] = f"outputs from worker {entry.get('worker')}: " + "; ".join(
+                problems
+            )
 
     def pytest_keyboard_interrupt(self, excinfo) -> None:
         message = str(excinfo.value) or "Ctrl-C or SIGINT"
@@ -696,6 +797,8 @@ class Controller:
                 "per_item": "see items[].thread_settings",
             },
         )
+        if self.gateways:  # each xdist worker: spec, host, checkout, Python, packages, threads
+            env["workers"] = [self.gateways[k] for k in sorted(self.gateways)]
         start = read_json(self.run_dir / START_RECORD, what="start record")
         return manifest.build_manifest(
             run_dir=self.run_dir,
