@@ -358,6 +358,16 @@ def test_an_edited_start_record_is_a_finding_against_git_and_the_manifest(honest
     )
 
 
+def test_a_deleted_manifest_is_a_finding_and_git_still_records_it(honest, tmp_path):
+    toy = clone(honest, tmp_path)
+    (toy.run_dir(RUN) / "manifest.json").unlink()
+    assert_finding(
+        audit(toy),
+        "manifest.json is missing",
+        "manifest.json is missing, but git records it (refs/prereg/runs/toy-20261130-001/manifest)",
+    )
+
+
 def test_a_renamed_run_folder_is_a_finding(honest, tmp_path):
     toy = clone(honest, tmp_path)
     toy.run_dir(RUN).rename(toy.run_dir("toy-20261130-009"))
@@ -451,6 +461,27 @@ def test_property_any_value_in_any_manifest_field_gives_findings_never_an_except
     assert any("manifest.json" in f for f in result.findings)
 
 
+identifiers = st.from_regex(r"[a-z_][a-z0-9_]{0,6}", fullmatch=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    folders=st.lists(identifiers, max_size=2),
+    module=identifiers,
+    names=st.lists(identifiers, min_size=1, max_size=3),
+    params=st.none() | st.text(alphabet="ab01-_.:[]= ", max_size=8),
+)
+def test_property_junit_names_map_to_node_ids_as_pytest_writes_them(folders, module, names, params):
+    from _pytest.junitxml import mangle_test_address
+
+    from prereg.audit import _junit_key
+
+    path = "/".join([*folders, f"test_{module}.py"])
+    nodeid = "::".join([path, *names]) + ("" if params is None else f"[{params}]")
+    mangled = mangle_test_address(nodeid)
+    assert _junit_key(nodeid) == (".".join(mangled[:-1]), mangled[-1])
+
+
 # -- git records ----------------------------------------------------------------------------------
 
 
@@ -511,7 +542,7 @@ def test_a_forged_plain_run_with_rehashed_outputs_is_refused_as_a_dependency(tmp
     log.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
     write_json(run / "manifest.json", rehash(run, manifest))
     assert_finding(audit(toy), "manifest.json differs from its record in git")
-    done = toy.approve("later", "later-20261130-001", check=False)
+    done = toy.approve("later", "later-20261130-001", "--use-run", f"toy={RUN}", check=False)
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"required toy run {RUN} does not audit clean" in done.stderr
     assert "manifest.json differs from its record in git" in done.stderr

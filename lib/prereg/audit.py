@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from prereg import gitrepo, ledger
-from prereg.hashing import parse_json, read_json, sha256_bytes, sha256_file, write_json
+from prereg.hashing import parse_json, read_json, sha256_bytes, sha256_file
 from prereg.runs import (
     APPROVAL_COPY,
     COMPLETE,
@@ -37,7 +37,6 @@ from prereg.runs import (
     RUN_ID_PATTERN,
     START_RECORD,
     SUMMARY_DIR,
-    audits_dir,
 )
 from prereg.schema import (
     MapOf,
@@ -709,6 +708,8 @@ class _Audit:
             except gitrepo.GitError as err:
                 self.blockers.append(str(err))
                 return
+            if recorded is None and name == MANIFEST and not path.is_file():
+                continue  # the missing manifest is the finding already
             if recorded is None:
                 self.find(
                     f"git has no record {ref}: the run's {name} was never recorded in git (a run "
@@ -916,39 +917,39 @@ def _plan_from_bytes(root: Path, rel: str, data: bytes):
 
 
 def audit_run_cached(root: Path, run_dir: Path) -> AuditResult:
-    """A full audit, reusing a stored clean replay verdict for the same manifest.
+    """A full audit whose replay verdict may come from the one stored by ``prereg audit``.
 
-    Everything but the replay (hashes, records, git, inputs) is checked now.
+    Everything but the replay (hashes, records, git, inputs) is checked now. The replay
+    is not run again when :mod:`prereg.verdicts` holds a clean replayed verdict for this
+    manifest's SHA-256 and this audit code; otherwise it runs now, the note says why a
+    stored verdict was not used (stale: manifest or code changed), and the new verdict
+    is stored.
     """
+    from dataclasses import replace
+
+    from prereg import verdicts
+
     run_dir = Path(run_dir)
-    manifest_path = run_dir / MANIFEST
-    if not manifest_path.is_file():
-        return audit_run(root, run_dir)
-    try:
-        digest = sha256_file(manifest_path)
-        store = audits_dir(root) / f"{run_dir.name}.json"
-        cached = read_json(store, what="stored audit verdict") if store.is_file() else None
-    except (OSError, ValueError):
-        return audit_run(root, run_dir)
+    record = verdicts.load(root, run_dir)
+    stale = verdicts.staleness(record, run_dir)
     if (
-        isinstance(cached, dict)
-        and cached.get("manifest_sha256") == digest
-        and cached.get("replayed")
-        and not cached.get("findings")
+        stale is None
+        and record.get("replayed")
+        and record.get("verdict") == CLEAN
+        and not record.get("findings")
     ):
         result = audit_run(root, run_dir, replay=False)
         if not result:
             return AuditResult(
-                replay_note="replay: the clean verdict stored in runs/audits/ for this exact manifest SHA-256",
+                replay_note=f"replay: not run again; {verdicts.describe(record)}",
                 status=result.status,
             )
         return result
     result = audit_run(root, run_dir)
-    try:
-        write_json(
-            store,
-            {"manifest_sha256": digest, "findings": list(result), "replayed": result.replayed},
+    if record is not None and stale is not None:
+        result = replace(
+            result,
+            replay_note=f"{result.replay_note}; the stored verdict was stale: {stale}",
         )
-    except OSError:
-        pass  # the store is a cache; an audit that cannot write it is still an audit
+    verdicts.store(root, run_dir, result)
     return result
