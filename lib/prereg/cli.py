@@ -113,7 +113,34 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"  - {problem}")
     if result.findings and result.replay_note:
         print(f"  ({result.replay_note})")
+    stored = _store_verdict(root, run_dir, result)
+    if stored:
+        print(stored)
     return result.exit_code
+
+
+def _store_verdict(root: Path, run_dir: Path, result) -> str | None:
+    """Store the verdict for ``prereg report``/``runs`` (:mod:`prereg.verdicts`); say where.
+
+    A ``--no-replay`` audit does not replace a stored verdict that still matches.
+    """
+    from prereg import verdicts
+
+    if not result.replayed and verdicts.staleness(verdicts.load(root, run_dir), run_dir) is None:
+        return None
+    path = verdicts.store(root, run_dir, result)
+    if path is None:
+        return None
+    code = verdicts.code_identity()
+    try:
+        where = path.relative_to(root)
+    except ValueError:
+        where = path
+    return (
+        f"verdict stored in {where} (bound to this manifest's SHA-256 and the audit code: "
+        f"prereg package {code['package_sha256'][:12]}, commit {str(code['source_commit'])[:12]});"
+        " prereg report uses it until either changes"
+    )
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

@@ -1,0 +1,115 @@
+"""`prereg audit` stores its verdict bound to the manifest and the code; report reuses it.
+
+Issue 12, item 5: a stored verdict that matches (manifest SHA-256, prereg package code)
+spares the replay; one that does not is named stale and the replay runs again.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from prereg import verdicts
+from prereg.audit import audit_run_cached
+from prereg.testing import make_toy_repo
+
+pytestmark = pytest.mark.software
+
+RUN = "toy-20261130-001"
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory):
+    toy = make_toy_repo(tmp_path_factory.mktemp("verdict") / "toy")
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    audit = toy.audit(RUN)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    return toy, audit
+
+
+def test_audit_stores_its_verdict_bound_to_manifest_and_code(audited):
+    toy, audit = audited
+    assert "verdict stored in runs/audits/" in audit.stdout, audit.stdout
+    record = json.loads((toy.root / "runs" / "audits" / f"{RUN}.json").read_text())
+    assert record["format"] == verdicts.FORMAT
+    assert record["verdict"] == "clean"
+    assert (
+        record["replayed"] is False
+    )  # the toy kind has no replay (E04's: test_usability_progress)
+    manifest = toy.run_dir(RUN) / "manifest.json"
+    import hashlib
+
+    assert record["manifest_sha256"] == hashlib.sha256(manifest.read_bytes()).hexdigest()
+    assert record["code"]["package_sha256"] == verdicts.code_identity()["package_sha256"]
+
+
+def test_report_after_audit_uses_the_stored_verdict_and_does_not_replay(audited):
+    toy, _ = audited
+    store = toy.root / "runs" / "audits" / f"{RUN}.json"
+    _forge(store, replayed=True)  # as a kind with a replay stores it (E04: the progress check)
+    before = store.read_bytes()
+    result = audit_run_cached(toy.root, toy.run_dir(RUN))
+    assert not result and not result.replayed
+    assert "not run again" in result.replay_note and "runs/audits/" in result.replay_note
+    assert store.read_bytes() == before  # nothing re-audited, nothing re-stored
+    page = toy.prereg("report", f"runs/{RUN}")
+    assert page.returncode == 0, page.stdout + page.stderr
+    html = (toy.root / page.stdout.strip().splitlines()[-1]).read_text()
+    assert "not run again" in html
+
+
+def _forge(store, **changes):
+    record = json.loads(store.read_text())
+    for key, value in changes.items():
+        if key == "package_sha256":
+            record["code"]["package_sha256"] = value
+        else:
+            record[key] = value
+    store.write_text(json.dumps(record))
+
+
+def test_a_verdict_of_other_code_is_stale_and_the_replay_runs_again(audited):
+    toy, _ = audited
+    store = toy.root / "runs" / "audits" / f"{RUN}.json"
+    _forge(store, package_sha256="0" * 64, replayed=True)
+    result = audit_run_cached(toy.root, toy.run_dir(RUN))
+    assert "stale" in result.replay_note and "audit code changed" in result.replay_note
+    refreshed = json.loads(store.read_text())
+    assert refreshed["code"]["package_sha256"] == verdicts.code_identity()["package_sha256"]
+
+
+def test_a_verdict_of_another_manifest_is_stale(audited):
+    toy, _ = audited
+    store = toy.root / "runs" / "audits" / f"{RUN}.json"
+    _forge(store, manifest_sha256="f" * 64, replayed=True)
+    result = audit_run_cached(toy.root, toy.run_dir(RUN))
+    assert "manifest.json changed since that audit" in result.replay_note
+
+
+def test_a_stored_verdict_never_hides_a_changed_run(audited, tmp_path):
+    """A matching clean verdict spares only the replay: a tampered item file is found now."""
+    import shutil
+
+    toy, _ = audited
+    store = toy.root / "runs" / "audits" / f"{RUN}.json"
+    assert toy.audit(RUN).returncode == 0  # a fresh matching verdict
+    _forge(store, replayed=True)
+    item = next(p for p in (toy.run_dir(RUN) / "items").rglob("*") if p.is_file())
+    saved = tmp_path / "saved"
+    shutil.copy(item, saved)
+    try:
+        item.write_bytes(item.read_bytes() + b" ")
+        result = audit_run_cached(toy.root, toy.run_dir(RUN))
+        assert result.findings, "a changed output must be a finding despite the stored verdict"
+        assert verdicts.staleness(json.loads(store.read_text()), toy.run_dir(RUN)) is None
+    finally:
+        shutil.copy(saved, item)
+
+
+def test_staleness_names_missing_and_foreign_records(tmp_path):
+    assert verdicts.staleness(None, tmp_path) == "no stored verdict"
+    assert "format" in verdicts.staleness({"format": "other"}, tmp_path)
+    assert "no manifest" in verdicts.staleness({"format": verdicts.FORMAT}, tmp_path)

@@ -1,0 +1,155 @@
+"""Stored audit verdicts: ``runs/audits/<run-id>.json``, bound to a manifest and to the code.
+
+``prereg audit`` stores the verdict of every audit of a run with a manifest
+(:func:`store`); ``prereg report`` and ``prereg runs`` (through
+:func:`prereg.audit.audit_run_cached`) take the replay's verdict from a stored record
+only when it :func:`matches` the run now: the SHA-256 of ``manifest.json`` is the one
+audited, and the code that audited is this code. Every other check (hashes, records, git
+records, inputs) is cheap and runs again every time, so a stored verdict saves the
+replay only, and a stored verdict cannot hide a file changed since.
+
+The code is identified by :func:`code_identity`: the SHA-256 of every ``.py`` file of the
+``prereg`` package in use (sorted by path; the audit, the replays of each stage kind and
+everything they import live there), which decides a match, and, for the reader, the git
+commit of the checkout the package was imported from (``None`` outside a git checkout)
+and whether its files differ from that commit. Binding to the file hash rather than the
+commit means a commit that changes no code (docs, plans, approvals) does not make every
+stored verdict stale, while any change to the package's code does.
+
+Record (JSON)::
+
+    {"format": "prereg-audit-verdict/2", "run_id": ..., "manifest_sha256": ...,
+     "code": {"package_sha256": ..., "source_commit": ..., "source_dirty": ...},
+     "verdict": "clean" | "findings" | "could not audit", "findings": [...],
+     "blockers": [...], "replayed": bool, "replay_note": ..., "status": ...,
+     "audited_at": "<UTC ISO time>"}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import prereg
+from prereg.hashing import read_json, sha256_file, write_json
+from prereg.runs import audits_dir
+
+FORMAT = "prereg-audit-verdict/2"
+MANIFEST = "manifest.json"
+
+
+def package_dir() -> Path:
+    return Path(prereg.__file__).resolve().parent
+
+
+@lru_cache(maxsize=1)
+def code_identity() -> dict[str, Any]:
+    """What audited: the package files' SHA-256 and its checkout's commit (see module doc)."""
+    folder = package_dir()
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    commit = dirty = None
+    try:
+        commit = _git(folder, "rev-parse", "HEAD") or None
+        if commit:
+            dirty = bool(_git(folder, "status", "--porcelain", "--", "."))
+    except (OSError, subprocess.SubprocessError):
+        commit = dirty = None
+    return {"package_sha256": digest.hexdigest(), "source_commit": commit, "source_dirty": dirty}
+
+
+def _git(folder: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(folder), *args], check=False, capture_output=True, text=True, timeout=30
+    )
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def store_path(root: Path, run_dir: Path) -> Path:
+    return audits_dir(Path(root)) / f"{Path(run_dir).name}.json"
+
+
+def store(root: Path, run_dir: Path, result: Any) -> Path | None:
+    """Store ``result`` (an :class:`prereg.audit.AuditResult`) for the run; None if no manifest.
+
+    A store that cannot be written is not an error (the audit stands); returns None then.
+    """
+    manifest = Path(run_dir) / MANIFEST
+    if not manifest.is_file():
+        return None
+    record = {
+        "format": FORMAT,
+        "run_id": Path(run_dir).name,
+        "manifest_sha256": sha256_file(manifest),
+        "code": code_identity(),
+        "verdict": result.verdict,
+        "findings": list(result.findings),
+        "blockers": list(result.blockers),
+        "replayed": bool(result.replayed),
+        "replay_note": result.replay_note,
+        "status": result.status,
+        "audited_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    path = store_path(root, run_dir)
+    try:
+        write_json(path, record)
+    except OSError:
+        return None
+    return path
+
+
+def load(root: Path, run_dir: Path) -> dict | None:
+    """The stored record, or None when there is none or it cannot be read."""
+    path = store_path(root, run_dir)
+    if not path.is_file():
+        return None
+    try:
+        record = read_json(path, what="stored audit verdict")
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def staleness(record: dict | None, run_dir: Path) -> str | None:
+    """Why ``record`` does not match the run and this code now (None: it matches)."""
+    if record is None:
+        return "no stored verdict"
+    if record.get("format") != FORMAT:
+        return f"the stored verdict has format {record.get('format')!r}, not {FORMAT!r}"
+    manifest = Path(run_dir) / MANIFEST
+    if not manifest.is_file():
+        return "the run has no manifest.json"
+    now = sha256_file(manifest)
+    if record.get("manifest_sha256") != now:
+        return (
+            f"manifest.json changed since that audit (SHA-256 "
+            f"{str(record.get('manifest_sha256'))[:12]} then, {now[:12]} now)"
+        )
+    code = record.get("code") if isinstance(record.get("code"), dict) else {}
+    mine = code_identity()
+    if code.get("package_sha256") != mine["package_sha256"]:
+        return (
+            f"the audit code changed since that audit (prereg package SHA-256 "
+            f"{str(code.get('package_sha256'))[:12]} at commit {str(code.get('source_commit'))[:12]}"
+            f" then, {mine['package_sha256'][:12]} at {str(mine['source_commit'])[:12]} now)"
+        )
+    return None
+
+
+def describe(record: dict) -> str:
+    """``the verdict stored in runs/audits/<id>.json at <time> (commit ...)``."""
+    code = record.get("code") or {}
+    commit = str(code.get("source_commit") or "no git commit")[:12]
+    return (
+        f"the verdict stored in runs/audits/{record.get('run_id')}.json at "
+        f"{record.get('audited_at')} for this manifest SHA-256 and this audit code "
+        f"(prereg {commit})"
+    )
