@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from prereg import remote
 from prereg.testing import (
     SocketHost,
     ToyRepo,
@@ -37,8 +38,8 @@ def hosts():
         pytest.skip(reason)
     started: list[SocketHost] = []
 
-    def start(clone: Path, hide: Path, env: dict | None = None) -> SocketHost:
-        host = start_socket_host(clone, hide, env=env)
+    def start(clone: Path, hide: Path, env: dict | None = None, **how) -> SocketHost:
+        host = start_socket_host(clone, hide, env=env, **how)
         started.append(host)
         return host
 
@@ -190,8 +191,6 @@ def test_a_host_that_dies_mid_run_makes_the_run_incomplete_naming_it(tmp_path, h
 
 
 def test_outputs_past_the_size_limit_fail_clearly(tmp_path):
-    from prereg import remote
-
     folder = tmp_path / "out"
     folder.mkdir()
     (folder / "big.bin").write_bytes(b"x" * 33)
@@ -204,9 +203,27 @@ def test_outputs_past_the_size_limit_fail_clearly(tmp_path):
 
 
 def test_an_output_path_leaving_the_item_folder_is_not_written(tmp_path):
-    from prereg import remote
-
     chunk = json.dumps({"path": "../escape.txt", "part": 0, "parts": 1, "data": "eA=="})
     problems = remote.unpack([chunk], tmp_path / "item")
     assert problems and "leaves the item folder" in problems[0]
     assert not (tmp_path / "escape.txt").exists()
+
+
+def test_a_socket_server_that_served_a_run_before_is_refused(tmp_path, hosts):
+    """execnet's own script serves connections in a loop in one process, keeping the modules
+    an earlier run loaded: a second run through it is refused."""
+    toy = _toy(tmp_path)
+    looping = hosts(
+        clone_host(toy.root, tmp_path / "host-a"), toy.root, server="execnet.script.socketserver"
+    )
+    clone = clone_host(toy.root, tmp_path / "host-b")
+    (clone / "stray.txt").write_text("untracked\n")
+    first = _run(toy, looping, hosts(clone, toy.root))
+    assert first.returncode != 0 and "stray.txt" in first.stdout + first.stderr
+    assert remote.SERVED_BEFORE not in first.stdout + first.stderr
+    (clone / "stray.txt").unlink()
+    second = _run(toy, looping, hosts(clone, toy.root))
+    text = second.stdout + second.stderr
+    assert second.returncode != 0, text
+    assert remote.SERVED_BEFORE in text.replace("\n  ", " ") or "already served a run" in text
+    assert looping.spec in text and not (toy.run_dir(RUN) / "start.json").exists()
