@@ -623,6 +623,8 @@ class Controller:
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:
                 reporter.ensure_newline()
+                if getattr(reporter._tw, "width_of_current_line", 0):  # -n 2's progress dots
+                    reporter._tw.line()
                 reporter.write_line(line)
             eta.append(progress_log(self.root, self.settings.run_id), line)
         except Exception:  # noqa: BLE001, S110 -- a progress line never costs the run
