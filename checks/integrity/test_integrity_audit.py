@@ -633,10 +633,28 @@ def test_a_run_folder_outside_any_git_repository_could_not_be_audited(honest, tm
     shutil.copytree(honest.run_dir(RUN), outside / RUN)
     done = _prereg(outside, "audit", RUN)
     assert done.returncode == 3, done.stdout + done.stderr
-    assert "could not audit" in done.stdout and "is not a git repository" in done.stdout
+    assert "could not audit" in done.stdout and "not a git repository" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
     again = _prereg(outside, "audit", RUN, "--repo", str(honest.root))
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_without_git_the_run_could_not_be_audited(honest, tmp_path):
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    env["PATH"] = str(bare)  # no git on the PATH
+    done = subprocess.run(
+        [sys.executable, "-m", "prereg.cli", "audit", f"runs/{RUN}"],
+        cwd=honest.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "git is not installed" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
 
 
 def test_a_repository_without_the_runs_commit_could_not_audit_it(honest, tmp_path):

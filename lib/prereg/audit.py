@@ -316,6 +316,7 @@ class _Audit:
         self.start: dict | None = None
         self.approval: dict | None = None
         self._plan: Any = _ABSENT
+        self.git_answers = False  # git is installed and the root is a repository
 
     def find(self, message: str) -> None:
         self.findings.append(message)
@@ -622,10 +623,11 @@ class _Audit:
             gitrepo.toplevel(self.root)
         except gitrepo.GitError as err:
             self.blockers.append(
-                f"{self.root} is not a git repository ({err}); run the audit in the checkout the "
-                "run was made in (or pass --repo)"
+                f"git cannot answer in {self.root}: {err}. Run the audit in the checkout the run "
+                "was made in (or pass --repo), with git installed"
             )
             return
+        self.git_answers = True
         source = self.source_commit
         if source is None:
             self.blockers.append(
@@ -811,7 +813,7 @@ class _Audit:
                         f"{where}: {path} hashes {digest}, the approval binds "
                         f"{bound.get('sha256')} (the input changed after approval)"
                     )
-            elif bound.get("kind") == "git":
+            elif bound.get("kind") == "git" and self.git_answers:
                 commit = bound.get("commit")
                 if not isinstance(commit, str) or not path.is_dir():
                     self.find(f"{where}: the bound repository {path} is missing")
@@ -845,9 +847,16 @@ class _Audit:
         )
         try:
             self.findings.extend(kind.replay(view))
-        except Exception:  # noqa: BLE001 -- a replay that fails is a finding, never a crash
-            self.find(f"the replay of stage kind {kind.name!r} failed:\n{traceback.format_exc()}")
+        except Exception as err:  # noqa: BLE001 -- a replay that fails is a finding, never a crash
+            self.find(f"the replay of stage kind {kind.name!r} failed: {_describe(err)}")
         return True, f"replayed (stage kind {kind.name!r})"
+
+
+def _describe(err: BaseException) -> str:
+    """An error in one line: its type, message and where it was raised (no traceback)."""
+    frames = traceback.extract_tb(err.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(err).__name__}: {err}{where}"
 
 
 def _junit_key(nodeid: str) -> tuple[str, str]:
@@ -878,24 +887,31 @@ def audit_run(root: Path, run_dir: Path, *, replay: bool = True) -> AuditResult:
         return AuditResult(blockers=(f"{run_dir} is not a folder",))
     audit = _Audit(root, run_dir)
     replayed, note = False, "not replayed (--no-replay)"
-    try:
-        audit.load()
-        audit.check_files()
-        audit.check_run_id()
-        audit.check_against_approval()
-        audit.check_against_start()
-        audit.check_status()
-        audit.check_item_log()
-        audit.check_junit()
-        audit.check_git()
-        audit.check_inputs()
-        if replay:
+    checks = [
+        audit.load,
+        audit.check_files,
+        audit.check_run_id,
+        audit.check_against_approval,
+        audit.check_against_start,
+        audit.check_status,
+        audit.check_item_log,
+        audit.check_junit,
+        audit.check_git,
+        audit.check_inputs,
+    ]
+    for check in checks:
+        try:
+            check()
+        except Exception as err:  # noqa: BLE001 -- the audit reports, it never crashes
+            audit.blockers.append(
+                f"{check.__name__} stopped on an unexpected error (please report it): "
+                f"{_describe(err)}"
+            )
+    if replay:
+        try:
             replayed, note = audit.replay()
-    except Exception:  # noqa: BLE001 -- the audit reports, it never crashes
-        audit.blockers.append(
-            "the audit stopped on an unexpected error (please report it):\n"
-            + traceback.format_exc()
-        )
+        except Exception as err:  # noqa: BLE001
+            audit.blockers.append(f"the replay could not start: {_describe(err)}")
     status = (audit.manifest or {}).get("status")
     return AuditResult(
         findings=tuple(audit.findings),
