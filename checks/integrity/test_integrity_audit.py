@@ -635,6 +635,7 @@ def test_a_run_folder_outside_any_git_repository_could_not_be_audited(honest, tm
     assert done.returncode == 3, done.stdout + done.stderr
     assert "could not audit" in done.stdout and "not a git repository" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
+    assert sorted(p.name for p in outside.iterdir()) == [RUN], "nothing written beside the run"
     again = _prereg(outside, "audit", RUN, "--repo", str(honest.root))
     assert again.returncode == 0, again.stdout + again.stderr
 

@@ -113,7 +113,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"  - {problem}")
     if result.findings and result.replay_note:
         print(f"  ({result.replay_note})")
-    stored = _store_verdict(root, run_dir, result)
+    # A run that could not be audited leaves no verdict (nor a runs/ folder beside a loose run).
+    stored = None if result.verdict == COULD_NOT_AUDIT else _store_verdict(root, run_dir, result)
     if stored:
         print(stored)
     return result.exit_code
