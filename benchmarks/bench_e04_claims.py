@@ -33,7 +33,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-def worker(lib: str, cache_path: str, texts_file: str, out: str, plan: str, go: str) -> None:
+def worker(
+    lib: str, cache_path: str, texts_file: str, out: str, plan: str, go: str, parity: str
+) -> None:
+    if parity != "any" and os.getpid() % 2 != int(parity):
+        # The old code orders texts by pid parity: re-start until this pid has the one asked.
+        raise SystemExit(subprocess.call([sys.executable, *sys.argv]))
     sys.path.insert(0, lib)
     import prereg
     from prereg.e04.backends import build_backend
@@ -95,17 +100,19 @@ def corpus_texts(go: Path, count: int) -> list[str]:
     return texts[:count]
 
 
-def run_pair(lib: Path, texts_file: Path, plan: Path, work: Path, processes: int) -> dict:
+def run_pair(
+    lib: Path, texts_file: Path, plan: Path, work: Path, processes: int, parities: list[str]
+) -> dict:
     cache = work / "cache.sqlite"
     go = work / "go"
     outs = [work / f"w{i}.json" for i in range(processes)]
     procs = [
         subprocess.Popen(
             [sys.executable, __file__, "--worker", str(lib), str(cache), str(texts_file)]
-            + [str(out), str(plan), str(go)],
+            + [str(out), str(plan), str(go), parity],
             cwd=ROOT,
         )
-        for out in outs
+        for out, parity in zip(outs, parities)
     ]
     while not all(Path(str(o) + ".ready").exists() for o in outs):
         if any(p.poll() not in (None, 0) for p in procs):
@@ -129,7 +136,7 @@ def run_pair(lib: Path, texts_file: Path, plan: Path, work: Path, processes: int
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        worker(*sys.argv[2:8])
+        worker(*sys.argv[2:9])
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--go", type=Path, required=True, help="make_go_stdlib_repo.py DEST")
@@ -139,6 +146,13 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--plan", type=Path, default=ROOT / "plans" / "E04_PLAN.json")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--parity",
+        choices=("any", "both"),
+        default="both",
+        help="both: run each variant with workers of equal pid parity and of opposite parity "
+        "(the old code's duplication depends on it); any: whatever pids come",
+    )
     args = parser.parse_args()
     texts = corpus_texts(args.go, args.texts)
     results = {"texts": len(texts), "unique_texts": len(set(texts)), "runs": []}
@@ -146,14 +160,23 @@ def main() -> None:
         texts_file = Path(tmp) / "texts.json"
         texts_file.write_text(json.dumps(texts))
         variants = [("before", args.before.resolve()), ("after", (ROOT / "lib").resolve())]
+        layouts = (
+            {"any": ["any"] * args.processes}
+            if args.parity == "any"
+            else {
+                "equal parity": ["0"] * args.processes,
+                "opposite parity": [str(i % 2) for i in range(args.processes)],
+            }
+        )
         for repeat in range(args.repeats):
-            for name, lib in variants:
-                work = Path(tmp) / f"{name}-{repeat}"
-                work.mkdir()
-                row = {"variant": name, "repeat": repeat}
-                row.update(run_pair(lib, texts_file, args.plan, work, args.processes))
-                results["runs"].append(row)
-                print(json.dumps(row), flush=True)
+            for layout, parities in layouts.items():
+                for name, lib in variants:
+                    work = Path(tmp) / f"{name}-{repeat}-{parities}"
+                    work.mkdir()
+                    row = {"variant": name, "repeat": repeat, "layout": layout}
+                    row.update(run_pair(lib, texts_file, args.plan, work, args.processes, parities))
+                    results["runs"].append(row)
+                    print(json.dumps(row), flush=True)
     for name in ("before", "after"):
         rows = [r for r in results["runs"] if r["variant"] == name]
         results[name] = {

@@ -1,4 +1,4 @@
-"""The ``prereg`` command: approve, audit, runs, demo, report."""
+"""The ``prereg`` command: approve, validate-inputs, audit, runs, demo, report."""
 
 from __future__ import annotations
 
@@ -55,6 +55,59 @@ def cmd_approve(args: argparse.Namespace) -> int:
     print(f"  git commit -m 'Approve {args.run_id}'")
     print(f"  {_tool(root, 'pytest')} --research-stage={args.stage}   # add -n 2 for two workers")
     print(f"then audit it: {_tool(root, 'prereg')} audit runs/{args.run_id}")
+    return 0
+
+
+VALIDATE_EPILOG = """Checks what `prereg approve` checks of the inputs, and reports every problem
+in one pass (approve stops at its first refusal of another kind). Needs no clean
+checkout and no run id, and writes nothing. Formats: docs/E04_INPUTS.md.
+
+exit codes:
+  0  the inputs are valid for the stage
+  1  problems: each names the input, the file and the field; printed one a line
+  2  could not check: no such plan or stage, or the plan itself is refused
+"""
+
+
+def cmd_validate_inputs(args: argparse.Namespace) -> int:
+    """``prereg validate-inputs``: every problem of the inputs a stage would bind."""
+    from prereg.plans import load_plan
+    from prereg.schema import SchemaError
+    from prereg.stages import load_kind
+
+    root = _root()
+    inputs = {name: Path(path).resolve() for name, path in _pairs(args.input, "--input").items()}
+    try:
+        plan_path = Path(args.plan) if args.plan else _default_plan(root, args.stage)
+        plan = load_plan(plan_path if plan_path.is_absolute() else root / plan_path)
+        spec = plan.stage(args.stage)
+        kind = load_kind(spec["kind"])
+    except (SchemaError, OSError, ValueError, LookupError) as err:
+        print(f"prereg validate-inputs: could not check: {err}", file=sys.stderr)
+        return 2
+    declared = list(spec["inputs"])
+    problems = [
+        f"input {name}: the stage binds no such input; it binds {declared}"
+        for name in inputs
+        if name not in declared
+    ]
+    known = {name: path for name, path in inputs.items() if name in declared}
+    if kind.check_inputs is None:
+        problems += [
+            f"input {n}: missing (pass --input {n}=PATH)" for n in declared if n not in known
+        ]
+        problems += [f"input {n}: {p} does not exist" for n, p in known.items() if not p.exists()]
+    else:
+        try:
+            kind.check_inputs(plan, args.stage, known)
+        except Exception as err:  # noqa: BLE001 -- every refusal is a problem to report
+            problems += list(getattr(err, "problems", None) or [str(err)])
+    if problems:
+        print(f"prereg validate-inputs: {len(problems)} problem(s) for stage {args.stage}:")
+        for problem in problems:
+            print(f"  - {problem}")
+        return 1
+    print(f"prereg validate-inputs: the inputs are valid for stage {args.stage} ({plan_path})")
     return 0
 
 
@@ -232,6 +285,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="name this machine's deviations from the plan's environment pins in the record",
     )
     approve.set_defaults(func=cmd_approve)
+
+    check = sub.add_parser(
+        "validate-inputs",
+        help="report every problem of a stage's inputs in one pass (writes nothing)",
+        epilog=VALIDATE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check.add_argument("--stage", required=True)
+    check.add_argument(
+        "--plan", help="plan file (default: the plan in pytest.ini naming the stage)"
+    )
+    check.add_argument(
+        "--input", action="append", default=[], metavar="NAME=PATH", help="an input to check"
+    )
+    check.set_defaults(func=cmd_validate_inputs)
 
     audit = sub.add_parser(
         "audit",

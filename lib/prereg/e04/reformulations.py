@@ -2,12 +2,15 @@
 
 Artifact format (JSON, UTF-8)::
 
-    {"code_revision": "<40-hex git sha of the E02 code>",
-     "synthetic": false,
-     "reformulations": {"<task_id>": "<reformulated query>", ...}}
+    {"code_revision": "<40-hex git sha of the E02 code>",     # required
+     "synthetic": false,                                      # optional bool, default false
+     "reformulations": {"<task_id>": "<reformulated query>", ...}}   # required
 
 ``synthetic`` is true for stand-in artifacts made for demos and tests; a
-research plan refuses them (``allow_synthetic = false``).
+research plan refuses them (``allow_synthetic = false``). As in the task file
+(:mod:`prereg.e04.tasks`), it is optional and absent means false: one rule for both
+files. Every problem of an artifact is reported at once
+(:func:`reformulation_problems`); the fields are tabled in docs/E04_INPUTS.md.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from types import MappingProxyType
 from typing import Any
 
 _REVISION = re.compile(r"[0-9a-f]{40}")
-_FIELDS = {"code_revision", "synthetic", "reformulations"}
+_REQUIRED = ("code_revision", "reformulations")
+_OPTIONAL = ("synthetic",)
+_FIELDS = {*_REQUIRED, *_OPTIONAL}
 
 
 class ReformulationArtifactError(ValueError):
@@ -77,47 +82,92 @@ def reformulations_from_json(
     sha256 : str, optional
         Hash of the artifact's bytes, carried into the result.
     """
-    if not isinstance(expected_code_revision, str) or not _REVISION.fullmatch(
-        expected_code_revision
-    ):
-        raise ReformulationArtifactError(
-            f"expected_code_revision={expected_code_revision!r} must be 40 lowercase hex digits"
+    problems = reformulation_problems(
+        document,
+        expected_code_revision=expected_code_revision,
+        task_ids=task_ids,
+        allow_synthetic=allow_synthetic,
+        source=source,
+    )
+    if problems:
+        error = ReformulationArtifactError(
+            problems[0]
+            if len(problems) == 1
+            else f"{len(problems)} problems:\n" + "\n".join(problems)
         )
-    if not isinstance(document, dict):
-        raise ReformulationArtifactError(f"{source}: top level must be an object")
-    if set(document) != _FIELDS:
-        raise ReformulationArtifactError(
-            f"{source}: fields {sorted(document)}; expected exactly {sorted(_FIELDS)}"
-        )
+        error.problems = tuple(problems)
+        raise error
     revision = document["code_revision"]
-    if revision != expected_code_revision:
-        raise ReformulationArtifactError(
-            f"{source} comes from E02 code revision {revision!r}; the plan requires "
-            f"{expected_code_revision!r}. Use the artifact of the completed E02 model phase."
-        )
-    synthetic = document["synthetic"]
-    if not isinstance(synthetic, bool):
-        raise ReformulationArtifactError(f"{source}: synthetic={synthetic!r} must be true or false")
-    if synthetic and not allow_synthetic:
-        raise ReformulationArtifactError(
-            f"{source} is synthetic (a stand-in); this plan requires the real E02 artifact"
-        )
+    synthetic = document.get("synthetic", False)
     texts = document["reformulations"]
-    if not isinstance(texts, dict):
-        raise ReformulationArtifactError(f"{source}: reformulations must be an object")
-    for task_id in task_ids:
-        text = texts.get(task_id)
-        if not isinstance(text, str) or not text.strip():
-            raise ReformulationArtifactError(
-                f"{source} (revision {revision}) has no reformulation for task {task_id!r}"
-                + ("" if text is None else f" (got {text!r:.60})")
-            )
     return Reformulations(
         code_revision=revision,
         synthetic=synthetic,
         texts=MappingProxyType({task_id: texts[task_id] for task_id in task_ids}),
         sha256=sha256,
     )
+
+
+def reformulation_problems(
+    document: Any,
+    *,
+    expected_code_revision: str,
+    task_ids: Sequence[str] | None,
+    allow_synthetic: bool,
+    source: str = "reformulation artifact",
+) -> list[str]:
+    """Every problem of a parsed artifact, one sentence each naming the file and field.
+
+    ``task_ids`` None skips the completeness check (the task file could not be read).
+    Empty: :func:`reformulations_from_json` accepts it.
+    """
+    if not isinstance(expected_code_revision, str) or not _REVISION.fullmatch(
+        expected_code_revision
+    ):
+        return [
+            f"expected_code_revision={expected_code_revision!r} must be 40 lowercase hex digits"
+        ]
+    if not isinstance(document, dict):
+        return [f"{source}: top level must be an object"]
+    problems = []
+    unknown = sorted(set(document) - _FIELDS, key=str)
+    missing = [k for k in _REQUIRED if k not in document]
+    if unknown or missing:
+        problems.append(
+            f"{source}: fields {sorted(document, key=str)}; expected exactly "
+            f"{list(_REQUIRED)} and optionally {list(_OPTIONAL)}"
+            + (f"; unknown {unknown}" if unknown else "")
+            + (f"; missing {missing}" if missing else "")
+        )
+    revision = document.get("code_revision")
+    if "code_revision" in document and revision != expected_code_revision:
+        problems.append(
+            f"{source}: field 'code_revision': comes from E02 code revision {revision!r}; the "
+            f"plan requires {expected_code_revision!r}. Use the artifact of the completed E02 "
+            "model phase."
+        )
+    synthetic = document.get("synthetic", False)
+    if not isinstance(synthetic, bool):
+        problems.append(f"{source}: synthetic={synthetic!r} must be true or false")
+    elif synthetic and not allow_synthetic:
+        problems.append(
+            f"{source} is synthetic (a stand-in; field 'synthetic': true); this plan requires "
+            "the real E02 artifact"
+        )
+    if "reformulations" not in document:
+        return problems
+    texts = document["reformulations"]
+    if not isinstance(texts, dict):
+        problems.append(f"{source}: reformulations must be an object")
+        return problems
+    for task_id in task_ids or ():
+        text = texts.get(task_id)
+        if not isinstance(text, str) or not text.strip():
+            problems.append(
+                f"{source} (revision {revision}) has no reformulation for task {task_id!r}"
+                + ("" if text is None else f" (got {text!r:.60})")
+            )
+    return problems
 
 
 def load_reformulations(

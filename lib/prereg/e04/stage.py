@@ -104,18 +104,101 @@ def load_inputs(settings: E04Settings, inputs: dict[str, Path]) -> LoadedInputs:
     return LoadedInputs(Path(inputs["repository"]), task_file, reformulations)
 
 
-def check_inputs(plan: Plan, stage: str, inputs: dict[str, Path]) -> None:
-    """``prereg approve``: tasks valid against the repository, reformulations complete."""
-    from prereg.approval import ApprovalError
+def input_problems(plan: Plan, stage: str, inputs: dict[str, Path]) -> list[str]:
+    """Every problem of the bound inputs in one pass, each naming the input, file and field.
+
+    Input names; the task file (JSON, every schema problem, ``synthetic`` against the
+    plan's ``allow_synthetic``, the task count against ``tasks.count``); the reformulation
+    artifact (every problem, completeness against the task ids when the task file could
+    be read); the tasks against the repository's git objects (every task and field).
+    Used by ``prereg validate-inputs`` and ``prereg approve``.
+    """
+    import json
+
+    from prereg.e04.reformulations import reformulation_problems
+    from prereg.e04.tasks import TaskValidationError, task_document_problems
 
     settings = settings_from_parameters(
         plan.stage(stage)["parameters"], source=f"{plan.path}: stages.{stage}.parameters"
     )
-    try:
-        loaded = load_inputs(settings, inputs)
-        validate_against_repository(loaded.task_file, loaded.repository)
-    except ValueError as err:
-        raise ApprovalError(f"E04 inputs refused: {err}") from None
+    problems = [
+        f"input {name}: missing (pass --input {name}=PATH)" for name in INPUTS if name not in inputs
+    ]
+    problems += [
+        f"input {name}: unknown; E04 binds {list(INPUTS)}" for name in inputs if name not in INPUTS
+    ]
+
+    def document(name: str) -> tuple[object, bool]:
+        path = Path(inputs[name])
+        try:
+            return json.loads(path.read_bytes().decode("utf-8")), True
+        except OSError as err:
+            problems.append(f"input {name}: cannot read {str(path)!r}: {err.strerror or err}")
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            problems.append(f"input {name}: {str(path)!r} is not UTF-8 JSON: {err}")
+        return None, False
+
+    task_file = None
+    task_ids = None
+    if "tasks" in inputs:
+        data, ok = document("tasks")
+        if ok:
+            found = task_document_problems(data, source=f"input tasks: {inputs['tasks']}")
+            problems += found
+            if not found:
+                task_file = load_task_file(inputs["tasks"])
+                task_ids = [t.task_id for t in task_file.tasks]
+                if task_file.synthetic and not settings.allow_synthetic:
+                    problems.append(
+                        f"input tasks: {inputs['tasks']} is a synthetic task file (field "
+                        "'synthetic': true); this plan (allow_synthetic false) runs the "
+                        "preregistered tasks only"
+                    )
+                if len(task_ids) != settings.task_count:
+                    problems.append(
+                        f"input tasks: {inputs['tasks']} holds {len(task_ids)} tasks "
+                        f"({task_ids}); the plan's tasks.count is {settings.task_count}"
+                    )
+    if "reformulations" in inputs:
+        data, ok = document("reformulations")
+        if ok:
+            problems += reformulation_problems(
+                data,
+                expected_code_revision=settings.code_revision,
+                task_ids=task_ids,
+                allow_synthetic=settings.allow_synthetic,
+                source=f"input reformulations: {inputs['reformulations']}",
+            )
+    if task_file is not None and "repository" in inputs:
+        try:
+            validate_against_repository(task_file, inputs["repository"])
+        except TaskValidationError as err:
+            problems += [f"input tasks against input repository: {p}" for p in err.problems]
+        except ValueError as err:  # GitCorpusError: not a git repository
+            problems.append(f"input repository: {err}")
+    return problems
+
+
+class InputProblems(ValueError):
+    """The inputs break one or more rules; ``problems`` lists every one."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__(
+            f"{len(self.problems)} problem(s) with the E04 inputs:\n"
+            + "\n".join(f"  - {p}" for p in self.problems)
+        )
+
+
+def check_inputs(plan: Plan, stage: str, inputs: dict[str, Path]) -> None:
+    """``prereg approve``: every problem of :func:`input_problems`, refused in one message."""
+    from prereg.approval import ApprovalError
+
+    problems = input_problems(plan, stage, inputs)
+    if problems:
+        error = ApprovalError(f"E04 inputs refused: {InputProblems(problems)}")
+        error.problems = tuple(problems)
+        raise error
 
 
 def cells_for_run(plan: dict, stage: str, inputs: dict[str, Path]) -> list[Cell]:

@@ -98,138 +98,208 @@ def _fail(where: str, field: str, message: str) -> TaskFileError:
     return TaskFileError(f"{where}: field {field!r}: {message}")
 
 
-def _check_path(value: object, where: str, field: str) -> str:
+class _Problems:
+    """Every schema problem of one document, in document order (nothing stops at the first)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def add(self, where: str, field: str, message: str) -> None:
+        self.lines.append(f"{where}: field {field!r}: {message}")
+
+
+def _path_ok(value: object, where: str, field: str, out: _Problems) -> bool:
     if not isinstance(value, str) or not value:
-        raise _fail(where, field, f"must be a non-empty path string, got {value!r}")
+        out.add(where, field, f"must be a non-empty path string, got {value!r}")
+        return False
     parts = value.split("/")
     if value.startswith("/") or "\\" in value or any(p in ("", ".", "..") for p in parts):
-        raise _fail(
-            where, field, f"{value!r} is not a repository-relative POSIX path like 'pkg/a.go'"
-        )
-    return value
+        out.add(where, field, f"{value!r} is not a repository-relative POSIX path like 'pkg/a.go'")
+        return False
+    return True
 
 
-def _check_keys(record: object, allowed: Sequence[str], where: str, field: str) -> dict:
+def _keys_ok(
+    record: object, allowed: Sequence[str], where: str, field: str, out: _Problems
+) -> bool:
+    """Whether ``record`` is an object; every unknown and every missing key is a problem."""
     if not isinstance(record, dict):
-        raise _fail(where, field, f"must be a JSON object, got {type(record).__name__}")
-    unknown = sorted(set(record) - set(allowed))
-    if unknown:
-        raise _fail(
+        out.add(where, field or "(task)", f"must be a JSON object, got {type(record).__name__}")
+        return False
+    for key in sorted(set(record) - set(allowed), key=str):
+        out.add(
             where,
-            f"{field}.{unknown[0]}" if field else unknown[0],
+            f"{field}.{key}" if field else key,
             f"unknown field; allowed fields are {list(allowed)}",
         )
-    missing = [k for k in allowed if k not in record]
-    if missing:
-        raise _fail(where, f"{field}.{missing[0]}" if field else missing[0], "missing field")
-    return record
+    for key in allowed:
+        if key not in record:
+            out.add(where, f"{field}.{key}" if field else key, "missing field")
+    return True
 
 
-def _check_line(value: object, where: str, field: str) -> int:
+def _line_ok(value: object, where: str, field: str, out: _Problems) -> bool:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _fail(where, field, f"must be a positive integer line number, got {value!r}")
-    return value
+        out.add(where, field, f"must be a positive integer line number, got {value!r}")
+        return False
+    return True
 
 
-def _parse_gold_function(record: object, where: str, index: int) -> GoldFunction:
+def _check_gold_function(record: object, where: str, index: int, out: _Problems) -> None:
     field = f"gold_functions[{index}]"
-    _check_keys(record, _GOLD_FIELDS, where, field)
-    name = record["name"]
-    if not isinstance(name, str) or not name:
-        raise _fail(where, f"{field}.name", f"must be a non-empty string, got {name!r}")
-    receiver = record["receiver"]
+    if not _keys_ok(record, _GOLD_FIELDS, where, field, out):
+        return
+    if "name" in record and (not isinstance(record["name"], str) or not record["name"]):
+        out.add(where, f"{field}.name", f"must be a non-empty string, got {record['name']!r}")
+    receiver = record.get("receiver")
     if receiver is not None and (not isinstance(receiver, str) or not receiver):
-        raise _fail(where, f"{field}.receiver", f"must be a type name or null, got {receiver!r}")
-    start = _check_line(record["start_line"], where, f"{field}.start_line")
-    end = _check_line(record["end_line"], where, f"{field}.end_line")
-    if start > end:
-        raise _fail(where, f"{field}.start_line", f"start_line={start} > end_line={end}")
-    return GoldFunction(
-        file=_check_path(record["file"], where, f"{field}.file"),
-        name=name,
-        receiver=receiver,
-        start_line=start,
-        end_line=end,
-    )
+        out.add(where, f"{field}.receiver", f"must be a type name or null, got {receiver!r}")
+    lines = [
+        _line_ok(record[k], where, f"{field}.{k}", out) if k in record else False
+        for k in ("start_line", "end_line")
+    ]
+    if all(lines) and record["start_line"] > record["end_line"]:
+        out.add(
+            where,
+            f"{field}.start_line",
+            f"start_line={record['start_line']} > end_line={record['end_line']}",
+        )
+    if "file" in record:
+        _path_ok(record["file"], where, f"{field}.file", out)
 
 
-def _parse_task(record: object, index: int) -> Task:
+def _gold_key(record: dict) -> tuple:
+    return tuple(record.get(k) for k in _GOLD_FIELDS)
+
+
+def _check_task(record: object, index: int, out: _Problems) -> None:
     task_id = record.get("task_id") if isinstance(record, dict) else None
     where = f"task {task_id!r}" if isinstance(task_id, str) and task_id else f"tasks[{index}]"
-    _check_keys(record, _TASK_FIELDS, where, "")
-    if not isinstance(task_id, str) or not task_id.strip():
-        raise _fail(where, "task_id", f"must be a non-empty string, got {task_id!r}")
-    query = record["query"]
-    if not isinstance(query, str) or not query.strip():
-        raise _fail(where, "query", f"must be a non-empty string, got {query!r}")
-    base = record["base_commit"]
-    if not isinstance(base, str) or not _COMMIT.fullmatch(base):
-        raise _fail(
+    if not _keys_ok(record, _TASK_FIELDS, where, "", out):
+        return
+    if "task_id" in record and (not isinstance(task_id, str) or not task_id.strip()):
+        out.add(where, "task_id", f"must be a non-empty string, got {task_id!r}")
+    query = record.get("query")
+    if "query" in record and (not isinstance(query, str) or not query.strip()):
+        out.add(where, "query", f"must be a non-empty string, got {query!r}")
+    base = record.get("base_commit")
+    if "base_commit" in record and (not isinstance(base, str) or not _COMMIT.fullmatch(base)):
+        out.add(
             where,
             "base_commit",
             f"must be a full lowercase commit id (40 or 64 hex digits), got {base!r}",
         )
-    files = record["gold_files"]
-    if not isinstance(files, list):
-        raise _fail(where, "gold_files", f"must be a list of paths, got {type(files).__name__}")
-    if not files:
-        raise _fail(where, "gold_files", "is empty; a task needs at least one gold file")
-    gold_files = tuple(_check_path(f, where, f"gold_files[{i}]") for i, f in enumerate(files))
-    if len(set(gold_files)) != len(gold_files):
-        duplicate = next(f for i, f in enumerate(gold_files) if f in gold_files[:i])
-        raise _fail(where, "gold_files", f"lists {duplicate!r} twice")
-    functions = record["gold_functions"]
+    files = record.get("gold_files")
+    gold_files: list[str] = []
+    if "gold_files" in record:
+        if not isinstance(files, list):
+            out.add(where, "gold_files", f"must be a list of paths, got {type(files).__name__}")
+        elif not files:
+            out.add(where, "gold_files", "is empty; a task needs at least one gold file")
+        else:
+            for i, f in enumerate(files):
+                if _path_ok(f, where, f"gold_files[{i}]", out):
+                    if f in gold_files:
+                        out.add(where, "gold_files", f"lists {f!r} twice")
+                    gold_files.append(f)
+    functions = record.get("gold_functions")
+    if "gold_functions" not in record:
+        return
     if not isinstance(functions, list):
-        raise _fail(
+        out.add(
             where, "gold_functions", f"must be a list of objects, got {type(functions).__name__}"
         )
-    gold_functions = tuple(_parse_gold_function(g, where, i) for i, g in enumerate(functions))
-    for i, gold in enumerate(gold_functions):
-        if gold.file not in gold_files:
-            raise _fail(
+        return
+    seen: list[tuple] = []
+    for i, gold in enumerate(functions):
+        _check_gold_function(gold, where, i, out)
+        if not isinstance(gold, dict):
+            continue
+        file = gold.get("file")
+        if isinstance(files, list) and isinstance(file, str) and file not in files:
+            out.add(
                 where,
                 f"gold_functions[{i}].file",
-                f"{gold.file!r} is not one of the gold_files {list(gold_files)}",
+                f"{file!r} is not one of the gold_files {list(gold_files)}",
             )
-        if gold in gold_functions[:i]:
-            raise _fail(where, f"gold_functions[{i}]", "duplicates an earlier gold function")
-    return Task(
-        task_id=task_id,
-        query=query,
-        base_commit=base,
-        gold_files=gold_files,
-        gold_functions=gold_functions,
-    )
+        if _gold_key(gold) in seen:
+            out.add(where, f"gold_functions[{i}]", "duplicates an earlier gold function")
+        seen.append(_gold_key(gold))
 
 
-def parse_task_document(document: object, source: str = "<task file>") -> TaskFile:
-    """Validate a decoded task-file JSON document (schema in the module docstring)."""
+def task_document_problems(document: object, source: str = "<task file>") -> list[str]:
+    """Every way a decoded task-file document breaks the schema, one sentence each.
+
+    Each names the file (``source``), the task (by id, or ``tasks[i]`` without one) and
+    the field. Empty: :func:`parse_task_document` accepts the document.
+    """
     if not isinstance(document, dict):
-        raise TaskFileError(f"{source}: the top level must be a JSON object")
+        return [f"{source}: the top level must be a JSON object"]
+    problems: list[str] = []
     allowed = ("tasks", *_TOP_FIELDS)
-    unknown = sorted(set(document) - set(allowed))
-    if unknown:
-        raise TaskFileError(
-            f"{source}: unknown top-level field {unknown[0]!r}; allowed: {list(allowed)}"
-        )
+    for key in sorted(set(document) - set(allowed), key=str):
+        problems.append(f"{source}: unknown top-level field {key!r}; allowed: {list(allowed)}")
     for key, kind in _TOP_FIELDS.items():
         if key in document and not isinstance(document[key], kind):
-            raise TaskFileError(
+            problems.append(
                 f"{source}: top-level field {key!r} must be {kind.__name__}, got {document[key]!r}"
             )
-    if document.get("format", TASK_FILE_FORMAT) != TASK_FILE_FORMAT:
-        raise TaskFileError(
-            f"{source}: format={document['format']!r}; this reader understands {TASK_FILE_FORMAT!r}"
+    if isinstance(document.get("format"), str) and document["format"] != TASK_FILE_FORMAT:
+        problems.append(
+            f"{source}: top-level field 'format' is {document['format']!r}; this reader "
+            f"understands {TASK_FILE_FORMAT!r} (or leave the field out)"
         )
     records = document.get("tasks")
     if not isinstance(records, list) or not records:
-        raise TaskFileError(f"{source}: field 'tasks' must be a non-empty list of task objects")
-    tasks = tuple(_parse_task(record, i) for i, record in enumerate(records))
+        problems.append(f"{source}: field 'tasks' must be a non-empty list of task objects")
+        return problems
+    out = _Problems()
     seen: set[str] = set()
-    for task in tasks:
-        if task.task_id in seen:
-            raise TaskFileError(f"{source}: task {task.task_id!r}: field 'task_id': duplicate id")
-        seen.add(task.task_id)
+    for i, record in enumerate(records):
+        _check_task(record, i, out)
+        task_id = record.get("task_id") if isinstance(record, dict) else None
+        if isinstance(task_id, str) and task_id.strip():
+            if task_id in seen:
+                out.add(f"task {task_id!r}", "task_id", "duplicate id")
+            seen.add(task_id)
+    return problems + [
+        f"{source}: {line}" if source != "<task file>" else line for line in out.lines
+    ]
+
+
+def parse_task_document(document: object, source: str = "<task file>") -> TaskFile:
+    """Validate a decoded task-file JSON document (schema in the module docstring).
+
+    Raises :class:`TaskFileError` naming every problem (:func:`task_document_problems`).
+    """
+    problems = task_document_problems(document, source)
+    if problems:
+        error = TaskFileError(
+            problems[0]
+            if len(problems) == 1
+            else f"{len(problems)} problems:\n" + "\n".join(problems)
+        )
+        error.problems = tuple(problems)
+        raise error
+    tasks = tuple(
+        Task(
+            task_id=r["task_id"],
+            query=r["query"],
+            base_commit=r["base_commit"],
+            gold_files=tuple(r["gold_files"]),
+            gold_functions=tuple(
+                GoldFunction(
+                    file=g["file"],
+                    name=g["name"],
+                    receiver=g["receiver"],
+                    start_line=g["start_line"],
+                    end_line=g["end_line"],
+                )
+                for g in r["gold_functions"]
+            ),
+        )
+        for r in document["tasks"]
+    )
     return TaskFile(
         tasks=tasks,
         synthetic=document.get("synthetic", False),
