@@ -4,8 +4,9 @@ Inputs bound by the approval: ``repository`` (a git repository, by HEAD commit),
 ``tasks`` (the task file, :mod:`prereg.e04.tasks`) and ``reformulations`` (the E02
 artifact, :mod:`prereg.e04.reformulations`). One item per composite cell (task x
 harness x seed coordinate); each writes ``baseline.json``, ``s001.json``, ``s002.json``
-(:mod:`prereg.e04.cells`) and ``cell.timing.json`` (seconds and cache hits: the only
-non-reproducible file). The summary de-duplicates S001 by ``shared_key``
+(:mod:`prereg.e04.cells`) and ``cell.timing.json`` (what the cell cost in its process:
+seconds, texts embedded there, cache hits; a reused index or shared record costs only its
+lookup; the only non-reproducible file). Progress goes to the run's progress log. The summary de-duplicates S001 by ``shared_key``
 (:mod:`prereg.e04.analysis`) and binds the vectors the dense harnesses searched to the
 run (``summary/e04_vectors.npy`` and ``e04_vectors.json``, :mod:`prereg.e04.runvectors`).
 Replay recomputes every measure from the saved rankings, regenerates the distractors,
