@@ -9,6 +9,7 @@ empty tmpfs: a worker that used the controller's path would find nothing there.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -227,3 +228,34 @@ def test_a_socket_server_that_served_a_run_before_is_refused(tmp_path, hosts):
     assert second.returncode != 0, text
     assert remote.SERVED_BEFORE in text.replace("\n  ", " ") or "already served a run" in text
     assert looping.spec in text and not (toy.run_dir(RUN) / "start.json").exists()
+
+
+def test_a_required_run_must_be_on_each_host(tmp_path, hosts):
+    """A stage that consumes an earlier run reads it on the host: a clone without it is
+    refused; with the run folder copied and git's records fetched, the stage runs."""
+    later = "later-20261130-001"
+    stages = {"toy": stage_spec("toy"), "later": stage_spec("later", requires=["toy"])}
+    toy = make_toy_repo(tmp_path / "controller", stages)
+    toy.approve("toy", RUN)
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    toy.approve("later", later)
+    clones = [clone_host(toy.root, tmp_path / n) for n in ("host-a", "host-b")]
+
+    def run() -> subprocess.CompletedProcess:
+        tx = [a for c in clones for a in ("--tx", hosts(c, toy.root).spec)]
+        return toy.pytest("--research-stage=later", "--dist", "load", *tx)
+
+    done = run()
+    assert done.returncode != 0 and not (toy.run_dir(later) / "start.json").exists()
+    (record,) = toy.refusals()
+    assert {r["condition"] for r in record["refusals"]} == {"worker"}
+    assert all("[inputs]" in r["message"] for r in record["refusals"]), record
+    for clone in clones:
+        shutil.copytree(toy.run_dir(RUN), clone / "runs" / RUN)
+        subprocess.run(
+            ["git", "fetch", "-q", "origin", "refs/prereg/*:refs/prereg/*"], cwd=clone, check=True
+        )
+    done = run()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert toy.manifest(later)["status"] == "complete"
+    assert toy.audit(later).returncode == 0

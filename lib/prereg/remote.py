@@ -11,8 +11,10 @@ file system with the controller. So:
   record byte-equal to the approved one and pass the gate's source and environment
   conditions (:data:`WORKER_CONDITIONS`: plan hash, baseline, clean tree, HEAD at the anchor
   or beyond it only by the approval record, the checkout's own ``prereg``, the committed
-  record, deviations named in the approval, and the loaded code of
-  :func:`prereg.execution.problems`); the ``prereg`` package it imports must be
+  record, deviations named in the approval, the loaded code of
+  :func:`prereg.execution.problems`, and the bound inputs and required runs, which must
+  be present on that host: copy ``runs/<run-id>/`` of each required run into its clone and
+  fetch ``refs/prereg/*``); the ``prereg`` package it imports must be
   byte-equal to the controller's (:func:`package_files`) and the stage kind must come from
   the same file; ``PYTEST_ADDOPTS`` and ``PYTEST_PLUGINS`` must equal the controller's.
   The controller refuses the run with condition ``worker`` before the run id is spent,
@@ -69,6 +71,7 @@ WORKER_CONDITIONS = (
     gate.stage_and_run_id,
     gate.environment,
     gate.executed_code,
+    gate.inputs,  # bound inputs and required runs, as this host sees them
 )
 # How long the controller waits for a remote worker's proof (it hashes its checkout).
 PROOF_TIMEOUT_SECONDS = 600
