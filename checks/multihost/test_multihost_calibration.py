@@ -18,7 +18,6 @@ from prereg.testing import ScratchProject, SocketHost, clone_host, start_socket_
 pytestmark = pytest.mark.software
 
 REPO = Path(__file__).resolve().parents[2]
-STAGE = "calibration"
 
 
 def _pipelinerepo():
@@ -39,7 +38,8 @@ def _outputs(folder: Path) -> dict[str, bytes]:
     }
 
 
-def test_calibration_over_two_socket_hosts_equals_the_serial_run(tmp_path):
+@pytest.mark.parametrize("stage", ["calibration", "target-variance"])
+def test_a_pipeline_stage_over_two_socket_hosts_equals_the_serial_run(tmp_path, stage):
     reason = SocketHost.unavailable()
     if reason:
         pytest.skip(reason)
@@ -50,13 +50,13 @@ def test_calibration_over_two_socket_hosts_equals_the_serial_run(tmp_path):
 
     def approve(run_id: str) -> None:
         project.run(
-            sys.executable, "-m", "prereg.cli", "approve", "--stage", STAGE, "--run-id", run_id,
+            sys.executable, "-m", "prereg.cli", "approve", "--stage", stage, "--run-id", run_id,
             "--plan", repo.TINY, "--accept-deviations", check=True, env=env,
         )  # fmt: skip
         project.git("add", "plans/approvals")
         project.git("commit", "-q", "-m", f"Approve {run_id}")
 
-    spread, serial = f"{STAGE}-20261130-001", f"{STAGE}-20261130-002"
+    spread, serial = f"{stage}-20261130-001", f"{stage}-20261130-002"
     approve(spread)
     hosts = []
     try:
@@ -65,7 +65,7 @@ def test_calibration_over_two_socket_hosts_equals_the_serial_run(tmp_path):
             hosts.append(start_socket_host(clone, root, env={"PYTHONPATH": str(clone / "lib")}))
         tx = [a for h in hosts for a in ("--tx", h.spec)]
         done = project.run(
-            sys.executable, "-m", "pytest", f"--research-stage={STAGE}", "-p", "no:cacheprovider",
+            sys.executable, "-m", "pytest", f"--research-stage={stage}", "-p", "no:cacheprovider",
             "--dist", "load", "--max-worker-restart=0", *tx, env=env,
         )  # fmt: skip
     finally:
@@ -81,7 +81,7 @@ def test_calibration_over_two_socket_hosts_equals_the_serial_run(tmp_path):
 
     approve(serial)
     alone = project.run(
-        sys.executable, "-m", "pytest", f"--research-stage={STAGE}", "-p", "no:cacheprovider",
+        sys.executable, "-m", "pytest", f"--research-stage={stage}", "-p", "no:cacheprovider",
         env=env,
     )  # fmt: skip
     assert alone.returncode == 0, alone.stdout + alone.stderr
