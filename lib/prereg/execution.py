@@ -69,6 +69,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from prereg.hashing import sha256_file
+
 PYC_SUFFIXES = (".pyc", ".pyo")
 # Every file name ending Python imports or the site module runs.
 LOADABLE_SUFFIXES = tuple(
@@ -93,14 +95,6 @@ def _real(path: str | os.PathLike) -> str:
 
 def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _git_blob(path: str) -> str:
@@ -201,7 +195,7 @@ class Installed:
             )
         if recorded.hash.startswith("sha256="):  # source and compiled modules alike
             want = recorded.hash[len("sha256=") :]
-            digest = bytes.fromhex(_sha256(path))
+            digest = bytes.fromhex(sha256_file(path))
             have = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
             if have != want:
                 return (
@@ -275,7 +269,7 @@ class Checkout:
         for path in sorted(paths):
             rel = self.relative(path)
             if rel is not None and (rel not in self.blobs or _git_blob(path) != self.blobs[rel]):
-                out.append({"file": rel, "sha256": _sha256(path)})
+                out.append({"file": rel, "sha256": sha256_file(path)})
         return out
 
     def head(self) -> str | None:
@@ -773,7 +767,7 @@ def problems(root: Path, plugins: list[tuple[str, object]], *, worker: bool = Fa
 def _file_record(path: str | None, env: Environment) -> dict | None:
     if path is None:
         return None
-    return {"file": _show(path, env), "sha256": _sha256(path)}
+    return {"file": _show(path, env), "sha256": sha256_file(path)}
 
 
 def record(root: Path, plugins: list[tuple[str, object]]) -> dict:
