@@ -140,6 +140,11 @@ AUDIT_EPILOG = """exit codes:
   1  findings: each names the file and field that differs; printed one a line
   3  could not audit, and no finding was made: the run folder is not in a git repository
      (give --repo), git is missing, or the run's source commit is not in the repository
+
+The verdict is stored in runs/audits/<run-id>.json, bound to the SHA-256 of the run's
+manifest.json and to the code that audited (the SHA-256 of the prereg package's files,
+and its commit); prereg report and prereg runs take the replay's clean verdict from it
+while both still match, and say it was stale when not (the replay then runs again).
 """
 
 
