@@ -79,6 +79,7 @@ SETTINGS = pytest.StashKey[Settings]()
 ITEM_RECORD = pytest.StashKey[dict]()
 PEAK = pytest.StashKey[provenance.PeakScope]()
 SHIPPED = pytest.StashKey[Path]()  # a remote worker's private output folder of an item
+PROVED_CHECKOUT = "prereg_proved_checkout"  # workerinput: the checkout a remote worker proved
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -304,6 +305,13 @@ def _prereg_plan(request: pytest.FixtureRequest) -> dict:
     if sha256_file(path) != settings.plan_sha256:
         raise RuntimeError(f"{path} no longer matches the approved plan; the run is void")
     if hasattr(request.config, "workerinput"):  # a worker's own code, checked as the gate did
+        proved = request.config.workerinput.get(PROVED_CHECKOUT)
+        if proved and os.path.realpath(settings.root) != proved:
+            raise RuntimeError(
+                f"worker {request.config.workerinput.get('workerid')} runs in {settings.root}, "
+                f"not in the checkout {proved} it proved before the run: give its --tx spec "
+                "chdir=<the top of that checkout>"
+            )
         plugins = request.config.pluginmanager.list_name_plugin()
         problems = execution.problems(Path(settings.root), plugins, worker=True)
         if problems:
@@ -561,6 +569,8 @@ class Controller:
     def pytest_configure_node(self, node) -> None:
         ship = remote.is_remote(node.gateway.spec)
         node.workerinput[PROPERTY] = asdict(self.settings) | {"ship_outputs": ship}
+        if ship:
+            node.workerinput[PROVED_CHECKOUT] = self.gateways[node.gateway.id].get("checkout")
         self.workers += 1
 
     @pytest.hookimpl(optionalhook=True)
