@@ -9,6 +9,7 @@ from the controller. See README.md, "For researchers".
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -103,16 +104,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="prereg_list_items",
         default=None,
         metavar="PATH",
-        help=argparse_suppress(),
+        help=argparse.SUPPRESS,  # internal: the controller's clean listing of a stage's items
     )
     parser.addini("prereg_plans", type="linelist", help="plan files whose stages are known")
     parser.addini("prereg_research_paths", type="linelist", help="folders holding research stages")
-
-
-def argparse_suppress() -> str:
-    import argparse
-
-    return argparse.SUPPRESS  # internal: the controller's clean listing of a stage's items
 
 
 def known_stages(root: Path, config: pytest.Config) -> dict[str, str]:
