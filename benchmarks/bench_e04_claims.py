@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/make_go_stdlib_repo.py /tmp/go            # once: the corpus
     python benchmarks/bench_e04_claims.py --go /tmp/go --before /tmp/wt/lib \\
-        [--texts 2000] [--repeats 2] [--out result.json]
+        [--texts 2000] [--repeats 2] [--parity both|any] [--out result.json]
 
 Two worker processes (as ``pytest -n 2``) each ask ``embed_with_cache_report`` for the
 same texts (the first ``--texts`` functions, in corpus order, of the corpus at the first
@@ -13,9 +13,12 @@ against one fresh vector cache, started together, with the plan's MiniLM backend
 batch size. Each variant runs in fresh processes: ``--before`` is the ``lib`` folder of
 a checkout of the code before the claims (``git worktree add /tmp/wt <commit>``), the
 other is this checkout's ``lib``. Variants alternate, ``--repeats`` times each, in one
-invocation (same machine, same load). Reports per run: wall time of the pair, texts each
-worker embedded (counted at the backend), unique texts, and the worker pids' parity (the
-old code ordered texts by pid parity, so its duplication depends on it).
+invocation (same machine, same load). The old code ordered texts by pid parity, so its
+duplication depends on it: ``--parity both`` (default) runs each variant once with both
+workers' pids even and once with one even, one odd (a worker re-starts itself until its
+pid has the parity asked). Reports per run: wall time of the pair, texts each worker
+embedded (counted at the backend), unique texts, and the pids' parity. Results:
+docs/E04_EMBEDDING_CLAIMS.md.
 """
 
 from __future__ import annotations
