@@ -74,7 +74,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="assumed mean epochs per fit incl. the patience tail (real figure: "
         "target-variance stage traces; DESIGN.md reports about 60-90)",
     )  # fmt: skip
-    parser.add_argument("--fits-per-model", type=int, default=150, help="fits per learned model: n replicates x 3 worlds (150 for n = 50)")
+    parser.add_argument(
+        "--fits-per-model",
+        type=int,
+        default=150,
+        help="fits per learned model: n replicates x 3 worlds (150 for n = 50)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="processes, one thread each")
     parser.add_argument("--allowance", type=float, default=14400.0, help="stage seconds")
     parser.add_argument("--goal", type=float, default=7200.0, help="target seconds")

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from prereg.testing import ToyRepo, make_toy_repo
 
 

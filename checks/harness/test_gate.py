@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from prereg.testing import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software

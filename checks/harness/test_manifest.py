@@ -6,6 +6,7 @@ import hashlib
 import json
 
 import pytest
+
 from prereg.testing import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software

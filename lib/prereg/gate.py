@@ -87,7 +87,8 @@ def baseline(f: Facts) -> list[Refusal]:
     bound = f.record["baseline"]["sha256"]
     if f.baseline_sha256 is not None and f.baseline_sha256 != bound:
         problems.insert(
-            0, f"{f.record['baseline']['path']} hashes {f.baseline_sha256}, the approval binds {bound}"
+            0,
+            f"{f.record['baseline']['path']} hashes {f.baseline_sha256}, the approval binds {bound}",
         )
     if not problems:
         return []
@@ -241,7 +242,9 @@ def environment(f: Facts) -> list[Refusal]:
     unnamed = [d for d in f.deviations_now if canonical_json(d) not in named]
     if not unnamed:
         return []
-    listed = "; ".join(f"{d['field']}: pinned {d['pinned']!r}, here {d['actual']!r}" for d in unnamed)
+    listed = "; ".join(
+        f"{d['field']}: pinned {d['pinned']!r}, here {d['actual']!r}" for d in unnamed
+    )
     return [
         Refusal(
             "environment",

@@ -75,7 +75,9 @@ def read(root: Path, ref: str) -> bytes | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def spend(root: Path, run_id: str, start_record: bytes, *, single_attempt_stage: str | None) -> None:
+def spend(
+    root: Path, run_id: str, start_record: bytes, *, single_attempt_stage: str | None
+) -> None:
     """Record that ``run_id`` started (and used its stage's one attempt); atomic, once."""
     refs = [start_ref(run_id)]
     if single_attempt_stage is not None:

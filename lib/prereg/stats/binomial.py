@@ -29,9 +29,7 @@ def _check_counts(successes: int, trials: int) -> tuple[int, int]:
     trials = check_int("trials", trials, 1)
     successes = check_int("successes", successes, 0)
     if successes > trials:
-        raise StatsInputError(
-            f"successes={successes!r} cannot exceed trials={trials!r}"
-        )
+        raise StatsInputError(f"successes={successes!r} cannot exceed trials={trials!r}")
     return successes, trials
 
 

@@ -135,8 +135,11 @@ def simulate_episode_values(
     f = check_fraction("within_fraction", within_fraction)
     if law not in LAW_NAMES:
         raise StatsInputError(f"law must be one of {LAW_NAMES}, got {law!r}")
-    shape = (check_int("trials", trials, 1), check_int("contrasts", contrasts, 1),
-             check_int("n", n, 1))
+    shape = (
+        check_int("trials", trials, 1),
+        check_int("contrasts", contrasts, 1),
+        check_int("n", n, 1),
+    )
     e = check_int("episodes", episodes, 1)
     values = np.zeros(shape + (e,))
     if f < 1.0:

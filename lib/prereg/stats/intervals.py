@@ -202,9 +202,7 @@ def replicate_mean_t_intervals(
     mean = check_finite_array("means", means)
     sd = check_finite_array("sds", sds)
     if mean.shape != sd.shape:
-        raise StatsInputError(
-            f"means and sds must have one shape, got {mean.shape} and {sd.shape}"
-        )
+        raise StatsInputError(f"means and sds must have one shape, got {mean.shape} and {sd.shape}")
     if np.any(sd < 0):
         raise StatsInputError(f"sds must be >= 0, got minimum {float(sd.min())!r}")
     inflation = check_positive_real("inflation", inflation)

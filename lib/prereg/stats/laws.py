@@ -24,9 +24,7 @@ __all__ = ["LAW_NAMES", "standardized_draws"]
 LAW_NAMES = ("normal", "gamma2", "t5")
 
 
-def standardized_draws(
-    law: str, rng: np.random.Generator, size: tuple[int, ...]
-) -> np.ndarray:
+def standardized_draws(law: str, rng: np.random.Generator, size: tuple[int, ...]) -> np.ndarray:
     """Draw a float64 array of shape ``size`` from a centred unit-variance law.
 
     Parameters

@@ -93,8 +93,7 @@ def simultaneous_upper_sd_bounds(
     family_size = check_int("family_size", family_size, 1)
     if values.size != family_size:
         raise StatsInputError(
-            f"sds must hold one SD per family member (family_size={family_size}), "
-            f"got {values.size}"
+            f"sds must hold one SD per family member (family_size={family_size}), got {values.size}"
         )
     if np.any(values <= 0):
         raise StatsInputError(
@@ -184,18 +183,12 @@ def select_sample_count(
         )
     for c in counts:
         if not isinstance(eligibility[c], (bool, np.bool_)):
-            raise StatsInputError(
-                f"eligibility[{c}] must be a bool, got {eligibility[c]!r}"
-            )
+            raise StatsInputError(f"eligibility[{c}] must be a bool, got {eligibility[c]!r}")
     target = check_positive_real("target_half_width", target_half_width)
-    bounds = simultaneous_upper_sd_bounds(
-        contrast_sds, df=df, alpha=alpha, family_size=family_size
-    )
+    bounds = simultaneous_upper_sd_bounds(contrast_sds, df=df, alpha=alpha, family_size=family_size)
     sd_bound = float(bounds.max())
     half_widths = tuple(
-        planning_half_width(
-            sd_bound, c, alpha=alpha, family_size=family_size, inflation=inflation
-        )
+        planning_half_width(sd_bound, c, alpha=alpha, family_size=family_size, inflation=inflation)
         for c in counts
     )
     eligible = tuple(bool(eligibility[c]) for c in counts)

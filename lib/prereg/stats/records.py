@@ -89,14 +89,20 @@ def _rebuild(record: Mapping) -> tuple[Callable, object, object]:
     if record.get("kind") == "simulation":
         settings = dict(record["settings"])
         settings["width_quantiles"] = tuple(settings["width_quantiles"])
-        return run_simulation_cell, SimulationCell(**record["cell"]), CalibrationSettings(
-            **settings
+        return (
+            run_simulation_cell,
+            SimulationCell(**record["cell"]),
+            CalibrationSettings(**settings),
         )
     if record.get("kind") == "bootstrap":
-        return run_bootstrap_cell, BootstrapCell(**record["cell"]), BootstrapSettings(
-            **record["settings"]
+        return (
+            run_bootstrap_cell,
+            BootstrapCell(**record["cell"]),
+            BootstrapSettings(**record["settings"]),
         )
-    raise StatsTypeError(f"record kind must be 'simulation' or 'bootstrap', got {record.get('kind')!r}")
+    raise StatsTypeError(
+        f"record kind must be 'simulation' or 'bootstrap', got {record.get('kind')!r}"
+    )
 
 
 def replay_differences(
