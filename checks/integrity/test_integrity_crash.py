@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from prereg import ledger, manifest
 from prereg.runs import INCOMPLETE, ITEM_LOG, MANIFEST
-from prereg.testing import ToyRepo, make_toy_repo, stage_spec
+from prereg.testing import ToyRepo, make_toy_repo, stage_spec, terminal_signals
 
 pytestmark = pytest.mark.software
 
@@ -149,6 +149,8 @@ def test_ctrl_c_of_a_two_worker_run_keeps_every_finished_item_and_hashes_the_res
         text=True,
         start_new_session=True,
         check=False,
+        preexec_fn=terminal_signals,
+        timeout=300,
     )
     assert done.returncode == 2, done.stdout + done.stderr
     data = check_honest(toy, "KeyboardInterrupt")

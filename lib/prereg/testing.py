@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -55,7 +56,13 @@ class ScratchProject:
         env = {**outer, **(env or {})}
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         done = subprocess.run(
-            list(args), cwd=self.root, env=env, capture_output=True, text=True, check=False
+            list(args),
+            cwd=self.root,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            preexec_fn=terminal_signals,
         )
         if check and done.returncode != 0:
             raise AssertionError(f"{args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
@@ -100,6 +107,14 @@ class ScratchProject:
 
     def manifest(self, run_id: str) -> dict:
         return json.loads((self.run_dir(run_id) / "manifest.json").read_text())
+
+
+def terminal_signals() -> None:
+    """In a child about to run: SIGINT and SIGQUIT as a terminal gives them. A shell without
+    job control starts background jobs (``cmd &``, CI runners) with both ignored, and Python
+    then never turns Ctrl-C into KeyboardInterrupt: a check that presses Ctrl-C would hang."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 # -- a toy stage: the harness's own checks, and a user's first try ---------------------------
