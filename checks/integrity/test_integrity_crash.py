@@ -211,6 +211,29 @@ def test_sigterm_and_sighup_handlers_live_from_the_gate_to_the_manifest_only(tmp
     assert seen["item"] == ["_raise_keyboard_interrupt"] * 2
 
 
+def test_a_run_started_under_nohup_keeps_ignoring_sighup(tmp_path):
+    toy = misbehaving(tmp_path, "none", cell=-1, conftest=HANDLERS)
+
+    def nohup() -> None:
+        terminal_signals()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--research-stage=toy"],
+        cwd=toy.root,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+        capture_output=True,
+        text=True,
+        check=False,
+        preexec_fn=nohup,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads((toy.root / "handlers.json").read_text())
+    assert seen["item"] == ["_raise_keyboard_interrupt", str(signal.SIG_IGN)]
+    assert seen["end"] == [str(signal.SIG_DFL), str(signal.SIG_IGN)]
+
+
 SECOND_SIGNALS = """
 import os, signal
 

@@ -959,11 +959,14 @@ ENDING_SIGNALS = ("SIGTERM", "SIGHUP")
 
 
 def _install_signal_handlers() -> dict:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt naming themselves; returns what to restore."""
+    """SIGTERM and SIGHUP raise KeyboardInterrupt naming themselves; returns what to restore.
+
+    A signal the run was started ignoring stays ignored: ``nohup pytest --research-stage=...``
+    asks that a closed terminal (SIGHUP) not end the run."""
     saved = {}
     for name in ENDING_SIGNALS:
         number = getattr(signal, name, None)
-        if number is not None:
+        if number is not None and signal.getsignal(number) is not signal.SIG_IGN:
             saved[number] = signal.signal(number, _raise_keyboard_interrupt)
     return saved
 

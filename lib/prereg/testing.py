@@ -110,11 +110,12 @@ class ScratchProject:
 
 
 def terminal_signals() -> None:
-    """In a child about to run: SIGINT and SIGQUIT as a terminal gives them. A shell without
-    job control starts background jobs (``cmd &``, CI runners) with both ignored, and Python
-    then never turns Ctrl-C into KeyboardInterrupt: a check that presses Ctrl-C would hang."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    """In a child about to run: SIGINT, SIGQUIT and SIGHUP as a terminal gives them. A shell
+    without job control starts background jobs (``cmd &``, CI runners) with SIGINT and SIGQUIT
+    ignored, ``nohup`` ignores SIGHUP; Python then never turns Ctrl-C into KeyboardInterrupt
+    and prereg leaves an ignored SIGHUP ignored, so checks that send them would not test them."""
+    for number in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
 
 
 # -- a toy stage: the harness's own checks, and a user's first try ---------------------------
