@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import signal
+import subprocess
 from typing import Any
 
 from prereg.e04.embeddings import LMStudioBackend
@@ -13,6 +15,8 @@ OTHER_KEY = "text-embedding-bge-small-en-v1.5"
 LLM_KEY = "qwen/qwen3-8b"
 DIMENSION = 24
 CONTEXT_LENGTH = 512
+#: How long a stopped double (SIGTERM, then SIGKILL) may take to exit.
+STOP_SECONDS = 30
 #: What the double writes as KEY's weights file: the plan's pin in these checks.
 KEY_SHA256 = hashlib.sha256(default_weights_bytes(KEY)).hexdigest()
 
@@ -28,3 +32,16 @@ def pinned_backend(client: Any, double: LMStudioDouble, **overrides: Any) -> LMS
     }
     arguments.update(overrides)
     return LMStudioBackend(client, KEY, **arguments)
+
+
+def stop_double(process: subprocess.Popen) -> None:
+    """Stop a double started from its CLI: SIGTERM, SIGKILL if it lingers; close its pipes."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=STOP_SECONDS)
+    process.stdout.close()
+    process.stderr.close()

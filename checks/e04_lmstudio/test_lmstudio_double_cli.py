@@ -15,7 +15,14 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from lmstudio_double_support import CONTEXT_LENGTH, DIMENSION, KEY, LLM_KEY
+from lmstudio_double_support import (
+    CONTEXT_LENGTH,
+    DIMENSION,
+    KEY,
+    LLM_KEY,
+    STOP_SECONDS,
+    stop_double,
+)
 
 from prereg.e04.backends import build_backend
 from prereg.e04.embeddings import LMStudioResidencyError, lmstudio_client
@@ -23,7 +30,6 @@ from prereg.e04.lmstudio_double import RESIDENCY_ENDPOINTS, double_embedding
 
 MODULE = "prereg.e04.lmstudio_double"
 READY_SECONDS = 60
-STOP_SECONDS = 30
 
 
 def _first_line(stream) -> str:
@@ -59,15 +65,7 @@ def cli_double(tmp_path: Path):
         assert line, process.stderr.read() if process.poll() is not None else "no ready line"
         yield process, json.loads(line)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=STOP_SECONDS)
-        process.stdout.close()
-        process.stderr.close()
+        stop_double(process)
 
 
 def test_help_documents_every_option():

@@ -10,18 +10,16 @@ import pytest
 pytestmark = pytest.mark.software
 
 import json
-import signal
 import subprocess
 import sys
 
-from lmstudio_double_support import KEY
+from lmstudio_double_support import KEY, stop_double
 
 from prereg.e04.lmstudio_double import RESIDENCY_ENDPOINTS
 from prereg.e04.scratch import check_plan, make_fixture, make_project
 
 RUN_ID = "e04-20260101-001"
 READY_SECONDS = 60
-STOP_SECONDS = 30
 DIMENSION = 32  # what this double serves; the plan copies it from the ready line
 
 
@@ -43,14 +41,7 @@ def served(tmp_path):
     try:
         yield process, json.loads(lines.get(timeout=READY_SECONDS))
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=STOP_SECONDS)
-        process.stdout.close()
-        process.stderr.close()
+        stop_double(process)
 
 
 def _calls(api_host: str) -> list[dict]:
