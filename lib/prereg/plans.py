@@ -93,4 +93,4 @@ def validate_stage(plan: Plan, stage: str) -> None:
     """The stage's kind validates its parameters (an unknown kind is an error too)."""
     from prereg.stages import load_kind
 
-    load_kind(plan.stage(stage)["kind"]).validate(plan, stage)
+    load_kind(plan.stage(stage)["kind"]).check(plan, stage)

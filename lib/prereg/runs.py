@@ -83,6 +83,69 @@ def audits_dir(root: Path) -> Path:
     return runs_dir(root) / "audits"
 
 
+@dataclass(frozen=True)
+class RunLayout:
+    """Every path of one run: its folder ``runs/<run-id>/`` and the files beside it.
+
+    The one home of the run-folder layout: nothing else spells these names. Build one with
+    ``RunLayout(root, run_id)`` (the run id is validated before any path is built) or, for a
+    folder given on the command line, :meth:`of`.
+    """
+
+    root: Path
+    run_id: str
+
+    def __post_init__(self) -> None:
+        require_run_id(self.run_id)
+        object.__setattr__(self, "root", Path(self.root))
+
+    @classmethod
+    def of(cls, folder: Path) -> RunLayout:
+        """The layout of the run folder ``folder`` (``<root>/runs/<run-id>``)."""
+        folder = Path(folder)
+        return cls(folder.parent.parent, folder.name)
+
+    @property
+    def folder(self) -> Path:
+        return runs_dir(self.root) / self.run_id
+
+    @property
+    def start(self) -> Path:
+        return self.folder / START_RECORD
+
+    @property
+    def manifest(self) -> Path:
+        return self.folder / MANIFEST
+
+    @property
+    def item_log(self) -> Path:
+        return self.folder / ITEM_LOG
+
+    @property
+    def junit(self) -> Path:
+        return self.folder / JUNIT
+
+    @property
+    def approval_copy(self) -> Path:
+        return self.folder / APPROVAL_COPY
+
+    @property
+    def items_dir(self) -> Path:
+        return self.folder / ITEMS_DIR
+
+    def item_dir(self, output_dir: str) -> Path:
+        """The folder of one item (``output_dir`` as its manifest record names it)."""
+        return self.items_dir / output_dir
+
+    @property
+    def summary_dir(self) -> Path:
+        return self.folder / SUMMARY_DIR
+
+    @property
+    def progress_log(self) -> Path:
+        return progress_log(self.root, self.run_id)
+
+
 def has_started(root: Path, run_id: str) -> bool:
     """The run folder holds a start record (see also :func:`prereg.ledger.is_spent`)."""
     return (run_dir(root, run_id) / START_RECORD).exists()

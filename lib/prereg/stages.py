@@ -1,33 +1,79 @@
-"""Stage kinds: what a stage computes beyond its items.
+"""Stage kinds: the one home of what a stage is beyond its items.
 
-A stage's plan entry names a kind. A kind validates the stage's parameters, may
-check the inputs an approval binds, writes the complete-stage summary on the
-controller once every item passed, and replays the stage for the auditor.
+A stage's plan entry names a kind. A kind parses the stage's parameters once into frozen,
+typed settings (:attr:`StageKind.settings`), which items, summary, replay and report
+receive; derives each item's key from the coordinates the item recorded
+(:attr:`StageKind.item_key`), so replay and summaries never name a test function; may
+check the inputs an approval binds; writes the complete-stage summary on the controller
+once every item passed; replays the stage for the auditor; and renders its report section.
 
 The project's own kinds are listed in :data:`BUILT_IN_KINDS`, tracked code and the one
 home of that mapping: :func:`load_kind` resolves them there first, so no package metadata
 (an ignored ``lib/prereg.egg-info`` included) can point them at other code. A user's own
-package adds other kinds under the entry-point group ``prereg.stage_kinds``; those are
-read only from distributions installed in site-packages whose module is a file listed,
-with a matching hash, in the distribution's RECORD (a recorded package version; an
-editable install does not qualify). :func:`register_kind` adds one in-process (tests).
+package adds other kinds under the entry-point group ``prereg.stage_kinds``
+(:mod:`prereg.registry` says which installed packages qualify). :func:`register_kind` adds
+one in-process (tests).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
+import functools
 import importlib
-import importlib.metadata
-import os
-import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
+from prereg import registry
 from prereg.hashing import read_json
+from prereg.runs import RunLayout
 
-ENTRY_POINT_GROUP = "prereg.stage_kinds"
+ENTRY_POINT_GROUP = registry.STAGE_KINDS
+
+
+def coordinate_key(coords: Mapping[str, Any]) -> str:
+    """The default item key: ``name=value`` of every recorded coordinate, sorted by name.
+
+    An item records its coordinates with ``research.coords(...)``; two items of one stage
+    must differ in them. A kind whose cells carry an id of their own (``T01-H000-s0``)
+    gives :attr:`StageKind.item_key` instead.
+    """
+    return ",".join(f"{name}={coords[name]}" for name in sorted(coords))
+
+
+def _no_check(plan: object, stage: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class StageKind:
+    """What a stage is beyond its items (see the module docstring and docs/API.md).
+
+    ``settings(plan_data, stage)`` parses the stage's parameters once into frozen, typed
+    settings and raises ``ValueError`` naming the field on bad input; ``validate`` is kept
+    for checks that need the whole :class:`prereg.plans.Plan`. ``item_key(coords)`` names an
+    item by the coordinates it recorded. ``render(SectionContext) -> str`` is the HTML
+    section of the kind's report (complete runs only).
+    """
+
+    name: str
+    validate: Callable[[object, str], None] = _no_check
+    check_inputs: Callable[[object, str, dict[str, Path]], None] | None = None
+    # Checked by the gate and by prereg approve: (root, plan, stage, approval record data) ->
+    # problems; e.g. the confirmatory stage refuses when the frozen config forbids confirmation.
+    gate_check: Callable[[Path, object, str, dict], list[str]] | None = None
+    summarise: Callable[[RunView], None] | None = None
+    replay: Callable[[RunView], list[str]] | None = None
+    settings: Callable[[dict, str], object] | None = None
+    item_key: Callable[[Mapping[str, Any]], str] = coordinate_key
+    render: Callable[[Any], str] | None = None
+    doc: str = field(default="")
+
+    def check(self, plan: object, stage: str) -> None:
+        """Validate the stage's plan entry: the typed settings parse, then ``validate``."""
+        if self.settings is not None:
+            self.settings(plan.data, stage)
+        self.validate(plan, stage)
 
 
 @dataclass(frozen=True)
@@ -39,45 +85,84 @@ class RunView:
     plan: object  # prereg.plans.Plan
     stage: str
     items: tuple[dict, ...]  # per-item manifest records, in node-id order
+    kind: StageKind | None = None  # default: the kind the plan names for the stage
+
+    @functools.cached_property
+    def stage_kind(self) -> StageKind:
+        if self.kind is not None:
+            return self.kind
+        return load_kind(self.plan.stage(self.stage)["kind"])
+
+    @property
+    def layout(self) -> RunLayout:
+        return RunLayout.of(self.run_dir)
 
     @property
     def parameters(self) -> dict:
         return self.plan.stage(self.stage)["parameters"]
 
+    @functools.cached_property
+    def settings(self) -> object:
+        """The kind's typed settings of this stage (parsed once)."""
+        if self.stage_kind.settings is None:
+            raise TypeError(f"stage kind {self.stage_kind.name!r} defines no settings")
+        return self.stage_kind.settings(self.plan.data, self.stage)
+
     @property
     def approval(self) -> dict:
         """The approval record this run started under (its copy in the run folder)."""
-        return read_json(self.run_dir / "approval.json", what="approval copy")
+        return read_json(self.layout.approval_copy, what="approval copy")
 
     def required_run(self, stage: str) -> Path:
         return self.run_dir.parent / self.approval["requires"][stage]["run_id"]
 
     @property
     def summary_dir(self) -> Path:
-        return self.run_dir / "summary"
+        return self.layout.summary_dir
 
     def item_dir(self, item: dict) -> Path:
-        return self.run_dir / "items" / item["output_dir"]
+        return self.layout.item_dir(item["output_dir"])
 
     def load_item_json(self, item: dict, name: str) -> dict:
         return read_json(self.item_dir(item) / name, what=f"output of {item['nodeid']}")
 
+    def item_key(self, item: dict) -> str:
+        """The key of a manifest item record, from the coordinates it recorded."""
+        return self.stage_kind.item_key(item.get("coords") or {})
 
-def _no_check(plan: object, stage: str) -> None:
-    return None
+    def match(self, expected: Mapping[str, Any]) -> tuple[list[tuple[str, dict, Any]], list[str]]:
+        """Pair the run's items with the plan's cells by item key (never by test name).
 
-
-@dataclass(frozen=True)
-class StageKind:
-    name: str
-    validate: Callable[[object, str], None] = _no_check
-    check_inputs: Callable[[object, str, dict[str, Path]], None] | None = None
-    # Checked by the gate and by prereg approve: (root, plan, stage, approval record data) ->
-    # problems; e.g. the confirmatory stage refuses when the frozen config forbids confirmation.
-    gate_check: Callable[[Path, object, str, dict], list[str]] | None = None
-    summarise: Callable[[RunView], None] | None = None
-    replay: Callable[[RunView], list[str]] | None = None
-    doc: str = field(default="")
+        ``expected`` maps each key the plan calls for to its cell. Returns
+        ``[(key, item record, cell)]`` in the run's item order, and the findings: an item
+        whose coordinates are no cell of the plan, two items of one cell, a cell with no item.
+        """
+        pairs, findings, seen = [], [], set()
+        for item in self.items:
+            try:
+                key = self.item_key(item)
+            except (KeyError, TypeError, ValueError) as error:
+                findings.append(
+                    f"item {item.get('nodeid')!r}: its coordinates {item.get('coords')!r} "
+                    f"name no cell ({error})"
+                )
+                continue
+            if key not in expected:
+                findings.append(
+                    f"item {item.get('nodeid')!r} (coordinates {key!r}) is not a cell of "
+                    "the plan's grid"
+                )
+            elif key in seen:
+                findings.append(f"cell {key!r} has two items in the manifest")
+            else:
+                seen.add(key)
+                pairs.append((key, item, expected[key]))
+        findings += [
+            f"cell {key!r} of the plan has no item in the manifest"
+            for key in expected
+            if key not in seen
+        ]
+        return pairs, findings
 
 
 PLAIN = StageKind(name="plain", doc="items only: no summary, audit by hashes alone")
@@ -92,8 +177,6 @@ BUILT_IN_KINDS: dict[str, str] = {
 }
 
 _registered: dict[str, StageKind] = {PLAIN.name: PLAIN}
-# Where each kind loaded from an installed distribution came from (see kind_origin).
-_origins: dict[str, dict] = {}
 
 
 class UnknownStageKind(LookupError):
@@ -116,36 +199,8 @@ def _built_in(name: str) -> StageKind:
     return kind
 
 
-def _installed_point(name: str):
-    """(entry point, label, module file) for ``name`` from site-packages, or the reasons not."""
-    from prereg.execution import site_dirs
-
-    reasons = []
-    for dist in importlib.metadata.distributions(path=site_dirs()):
-        for point in dist.entry_points:
-            if point.group != ENTRY_POINT_GROUP or point.name != name:
-                continue
-            label = f"{dist.metadata['Name']} {dist.version}"
-            module = point.value.split(":", 1)[0].strip()
-            wanted = {f"{module.replace('.', '/')}.py", f"{module.replace('.', '/')}/__init__.py"}
-            files = [f for f in dist.files or () if f.as_posix() in wanted]
-            if not files:
-                reasons.append(
-                    f"{label} declares it as {point.value}, but its RECORD does not list module "
-                    f"{module} (an editable install? install the package normally)"
-                )
-                continue
-            path = os.path.realpath(dist.locate_file(files[0]))
-            recorded = files[0].hash
-            if recorded is None or recorded.mode != "sha256":
-                reasons.append(f"{label}: RECORD gives no SHA-256 of {path}; reinstall {label}")
-                continue
-            digest = hashlib.sha256(Path(path).read_bytes()).digest()
-            if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != recorded.value:
-                reasons.append(f"{label}: {path} differs from the RECORD of {label}; reinstall it")
-                continue
-            return point, label, path
-    return reasons
+def _is_kind(name: str) -> Callable[[object], bool]:
+    return lambda kind: isinstance(kind, StageKind) and kind.name == name
 
 
 def load_kind(name: str) -> StageKind:
@@ -153,26 +208,17 @@ def load_kind(name: str) -> StageKind:
         return _built_in(name)  # never _registered: built-in kinds have one home
     if name in _registered:
         return _registered[name]
-    found = _installed_point(name)
-    if isinstance(found, list):
+    try:
+        kind = registry.load_installed(ENTRY_POINT_GROUP, name, _is_kind(name))
+    except registry.NotInstalled as missing:
         known = sorted(set(_registered) | set(BUILT_IN_KINDS))
-        why = f" ({'; '.join(found)})" if found else ""
+        why = f" ({'; '.join(missing.reasons)})" if missing.reasons else ""
         raise UnknownStageKind(
             f"stage kind {name!r} is not built in nor installed{why}; known kinds: {known} "
             f"(a package installed in site-packages adds one under the entry-point group "
             f"{ENTRY_POINT_GROUP!r})"
-        )
-    point, label, path = found
-    kind = point.load()
-    module = sys.modules.get(point.value.split(":", 1)[0].strip())
-    loaded = os.path.realpath(getattr(module, "__file__", "") or "")
-    if loaded != path or not isinstance(kind, StageKind) or kind.name != name:
-        raise UnknownStageKind(
-            f"stage kind {name!r} from {label}: {point.value} loaded from {loaded}, not the "
-            f"recorded {path}, or is not StageKind {name!r}"
-        )
+        ) from None
     _registered[name] = kind
-    _origins[name] = {"distribution": label, "entry_point": point.value, "file": path}
     return kind
 
 
@@ -182,4 +228,4 @@ def kind_origin(name: str) -> dict:
         return {"built_in": BUILT_IN_KINDS[name]}
     if name == PLAIN.name:
         return {"built_in": f"{__name__}:PLAIN"}
-    return _origins.get(name, {"registered": True})
+    return registry.origin(ENTRY_POINT_GROUP, name) or {"registered": True}

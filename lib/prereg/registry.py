@@ -1,0 +1,145 @@
+"""Extension points: what a user's installed package may add to prereg, found by entry point.
+
+Four groups, one per kind of extension (a package's ``pyproject.toml`` declares them under
+``[project.entry-points."<group>"]``):
+
+=========================  =====================================================  ==========
+group                      the entry point names                                  its name
+=========================  =====================================================  ==========
+``prereg.stage_kinds``     a :class:`prereg.stages.StageKind` (settings, items,   kind name
+                           summary, replay, report section)
+``prereg.law_families``    ``build(spec) -> HiddenMarkovLaw`` (RP002A worlds)      ``family``
+``prereg.harness_kinds``   a :class:`prereg.e04.harness.HarnessKind` (E04)         ``kind``
+=========================  =====================================================  ==========
+
+A run must be able to say exactly which code it ran, so an entry is read only from a
+distribution installed in site-packages whose module is a file listed, with a matching
+SHA-256, in the distribution's RECORD: a recorded package version (an editable install does
+not qualify, nor does metadata lying inside the checkout). The project's own entries are
+tracked code and never come from metadata (see each registry's built-in table); an installed
+entry under a built-in name is ignored. :func:`origin` says where a loaded entry came from,
+and the manifest records it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+STAGE_KINDS = "prereg.stage_kinds"
+LAW_FAMILIES = "prereg.law_families"
+HARNESS_KINDS = "prereg.harness_kinds"
+GROUPS = (STAGE_KINDS, LAW_FAMILIES, HARNESS_KINDS)
+
+# group -> name -> where it came from ({"distribution", "entry_point", "file"})
+_origins: dict[str, dict[str, dict]] = {}
+
+
+class NotInstalled(LookupError):
+    """No recorded installed distribution provides the entry; ``reasons`` says why not."""
+
+    def __init__(self, group: str, name: str, reasons: list[str]):
+        self.group, self.name, self.reasons = group, name, reasons
+        why = f" ({'; '.join(reasons)})" if reasons else ""
+        super().__init__(f"no installed package provides {name!r} in {group!r}{why}")
+
+
+def _module_of(value: str) -> str:
+    return value.split(":", 1)[0].strip()
+
+
+def _recorded_points(group: str):
+    """(entry point, "name version", module file or None, reason) of every installed entry."""
+    from prereg.execution import site_dirs
+
+    for dist in importlib.metadata.distributions(path=site_dirs()):
+        for point in dist.entry_points:
+            if point.group != group:
+                continue
+            label = f"{dist.metadata['Name']} {dist.version}"
+            module = _module_of(point.value).replace(".", "/")
+            wanted = {f"{module}.py", f"{module}/__init__.py"}
+            files = [f for f in dist.files or () if f.as_posix() in wanted]
+            if not files:
+                yield (
+                    point,
+                    label,
+                    None,
+                    (
+                        f"{label} declares it as {point.value}, but its RECORD does not list module "
+                        f"{_module_of(point.value)} (an editable install? install the package "
+                        "normally: pip install PATH, not pip install -e PATH)"
+                    ),
+                )
+                continue
+            path = os.path.realpath(dist.locate_file(files[0]))
+            recorded = files[0].hash
+            if recorded is None or recorded.mode != "sha256":
+                yield point, label, None, f"{label}: RECORD gives no SHA-256 of {path}; reinstall"
+                continue
+            digest = hashlib.sha256(Path(path).read_bytes()).digest()
+            if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != recorded.value:
+                yield (
+                    point,
+                    label,
+                    None,
+                    f"{label}: {path} differs from the RECORD of {label}; reinstall it",
+                )
+                continue
+            yield point, label, path, ""
+
+
+def installed_names(group: str) -> list[str]:
+    """Names that recorded installed distributions provide in ``group`` (sorted)."""
+    return sorted({p.name for p, _, path, _ in _recorded_points(group) if path is not None})
+
+
+def load_installed(group: str, name: str, accept: Callable[[object], bool]) -> object:
+    """The object entry ``name`` of ``group`` names, from a recorded installed distribution.
+
+    ``accept(obj)`` says whether the loaded object is what the group promises (for example a
+    StageKind of that name). Raises :class:`NotInstalled` with every reason found otherwise.
+    """
+    reasons = []
+    for point, label, path, reason in _recorded_points(group):
+        if point.name != name:
+            continue
+        if path is None:
+            reasons.append(reason)
+            continue
+        loaded_object = point.load()
+        module = sys.modules.get(_module_of(point.value))
+        loaded = os.path.realpath(getattr(module, "__file__", "") or "")
+        if loaded != path:
+            reasons.append(
+                f"{label}: {point.value} loaded from {loaded}, not the recorded {path} (another "
+                "copy of the module is first on sys.path)"
+            )
+            continue
+        if not accept(loaded_object):
+            reasons.append(
+                f"{label}: {point.value} is {loaded_object!r}, not a valid {group} entry"
+            )
+            continue
+        _origins.setdefault(group, {})[name] = {
+            "distribution": label,
+            "entry_point": point.value,
+            "file": path,
+        }
+        return loaded_object
+    raise NotInstalled(group, name, reasons)
+
+
+def origin(group: str, name: str) -> dict | None:
+    """Where installed entry ``name`` of ``group`` was loaded from, or None if it was not."""
+    return _origins.get(group, {}).get(name)
+
+
+def loaded_origins() -> dict[str, dict[str, dict]]:
+    """Every installed entry loaded in this process: group -> name -> origin (a copy)."""
+    return {group: dict(entries) for group, entries in _origins.items() if entries}
