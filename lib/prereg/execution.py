@@ -78,6 +78,11 @@ LOADABLE_SUFFIXES = tuple(
 )
 METADATA_SUFFIXES = (".egg-info", ".dist-info")
 RECORDED_VARIABLES = ("PYTEST_ADDOPTS", "PYTHONPATH", "PYTEST_PLUGINS")
+# prereg's own pytest plugin entry point, (name, value) of [project.entry-points.pytest11] in
+# pyproject.toml: the one pytest11 entry that package metadata inside a checkout may declare
+# (``pip install -e .`` writes it to lib/prereg.egg-info). Its name is the module's name, so a
+# conftest.py's pytest_plugins = ("prereg.plugin",) and the autoloaded entry are one plugin.
+PYTEST_PLUGIN_ENTRY_POINT = ("prereg.plugin", "prereg.plugin")
 CUSTOMIZE_MODULES = ("sitecustomize", "usercustomize")
 # Installed distributions that decide which items run and what is recorded: their cached
 # bytecode is compared with their source (see _installed_bytecode_problems).
@@ -579,7 +584,8 @@ def _metadata_problems(checkout: Checkout, rel: str) -> list[str]:
     ``top_level.txt`` and ``dependency_links.txt`` change nothing that runs, and RECORD files
     inside the checkout vouch for nothing here (only site-packages metadata does). What
     could change code is an entry point: so every entry point must name a committed module
-    of the checkout, none may be a pytest plugin (``pytest11``, autoloaded), and a
+    of the checkout, none may be a pytest plugin (``pytest11``, autoloaded) except prereg's
+    own declaration (:data:`PYTEST_PLUGIN_ENTRY_POINT`, name and value exactly), and a
     ``prereg.stage_kinds`` entry may not redirect a built-in kind (which
     :func:`prereg.stages.load_kind` never reads from metadata anyway).
     """
@@ -599,7 +605,9 @@ def _metadata_problems(checkout: Checkout, rel: str) -> list[str]:
     for point in points:
         where = f"package metadata {rel} (not committed) declares entry point [{point.group}] {point.name} = {point.value}"
         module = _entry_point_module(point.value)
-        if point.group == "pytest11":
+        entry = (point.name, point.value.replace(" ", ""))
+        if point.group == "pytest11" and entry != PYTEST_PLUGIN_ENTRY_POINT:
+            # prereg's own entry passes on to the committed-module check below
             found.append(f"{where}: a pytest plugin loaded at every start; delete {rel}")
         elif point.group == ENTRY_POINT_GROUP and point.name in BUILT_IN_KINDS:
             if point.value.replace(" ", "") != BUILT_IN_KINDS[point.name]:
