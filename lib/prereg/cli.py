@@ -1,4 +1,4 @@
-"""The ``prereg`` command: approve, validate-inputs, audit, runs, demo, report."""
+"""The ``prereg`` command: init, approve, validate-inputs, audit, runs, demo, report."""
 
 from __future__ import annotations
 
@@ -260,6 +260,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(_root(), keep=args.keep)
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    from prereg.scaffold import InitRefused, init_project, next_steps
+
+    folder = Path(args.folder).resolve()
+    try:
+        written, initialised = init_project(folder)
+    except InitRefused as err:
+        print(f"prereg init: refused: {err}", file=sys.stderr)
+        return 2
+    print(next_steps(folder, written, initialised))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="prereg", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -354,6 +367,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--keep", action="store_true", help="keep earlier demo clones")
     demo.set_defaults(func=cmd_demo)
+
+    init = sub.add_parser(
+        "init",
+        help="lay out a new project: pytest.ini, plans/, experiments/, checks/, .gitignore",
+    )
+    init.add_argument("folder", nargs="?", default=".", help="the project's folder (default: here)")
+    init.set_defaults(func=cmd_init)
     return parser
 
 

@@ -1,0 +1,63 @@
+"""Issue 11, item 3: ``prereg init`` lays out a project whose software checks pass at once,
+and never overwrites a file."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from prereg import scaffold
+from prereg.testing import ScratchProject
+
+pytestmark = pytest.mark.software
+
+
+def _snapshot(root) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
+
+
+def test_init_lays_out_a_project_whose_software_checks_pass(tmp_path):
+    project = ScratchProject(tmp_path / "study")
+    project.root.mkdir()
+    done = project.prereg("init", ".", check=True)
+    assert "ran git init" in done.stdout and "prereg approve" in done.stdout, done.stdout
+    assert sorted(_snapshot(project.root)) == sorted(scaffold.FILES)
+    project.git("config", "user.email", "researcher@example.org")
+    project.git("config", "user.name", "Researcher")
+    project.commit("Lay out a prereg project")
+    checked = project.pytest("-m", "software")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "2 passed" in checked.stdout, checked.stdout
+    assert project.git("status", "--porcelain") == "", "runs and caches are git-ignored"
+
+    before = _snapshot(project.root)
+    again = project.prereg("init", ".")
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert "never overwrites" in again.stderr and "pytest.ini" in again.stderr, again.stderr
+    assert _snapshot(project.root) == before
+
+
+def test_init_refuses_one_existing_file_and_writes_nothing(tmp_path):
+    root = tmp_path / "study"
+    (root / "plans").mkdir(parents=True)
+    (root / "plans" / "BASELINE.json").write_text('{"mine": true}\n')
+    with pytest.raises(scaffold.InitRefused, match=r"plans/BASELINE.json; prereg init never"):
+        scaffold.init_project(root)
+    assert _snapshot(root) == {"plans/BASELINE.json": b'{"mine": true}\n'}
+    assert not (root / ".git").exists()
+
+
+def test_init_uses_an_existing_repository_and_refuses_a_subfolder_of_one(tmp_path):
+    root = tmp_path / "study"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    written, initialised = scaffold.init_project(root)
+    assert written == list(scaffold.FILES) and not initialised
+    with pytest.raises(scaffold.InitRefused, match="lies inside the git checkout"):
+        scaffold.init_project(root / "nested")
+    assert not (root / "nested").exists()
