@@ -1,8 +1,12 @@
 """RP002A generator laws: a hidden Markov chain seen through erasures.
 
 A law is a frozen :class:`HiddenMarkovLaw`. Laws are built from plan fields with
-:func:`law_from_spec`, which looks the spec's ``family`` up in a
-:class:`LawRegistry`; a user can register their own family or named law.
+:meth:`LawRegistry.law_from_spec`, which looks the spec's ``family`` up: the project's own
+families (:data:`BUILT_IN_FAMILIES`, tracked code, never read from package metadata), then
+those registered on the registry in-process (tests), then a family an installed package
+declares under the entry-point group ``prereg.law_families`` (name: the ``family`` a plan's
+law spec gives; value: ``build(spec) -> HiddenMarkovLaw``; :mod:`prereg.registry` says which
+installed packages qualify). ``examples/prereg-law-family`` is such a package.
 
 The reference laws E0, E1 and E2 (DESIGN.md) are stated in one place, the plan
 (``parameters.worlds`` of ``plans/STATISTICAL_PIPELINE_PLAN.json``): this module ships
@@ -23,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from prereg import registry as extensions
 
 #: The one family shipped with the project (see :func:`hidden_markov_erasure_law`).
 HIDDEN_MARKOV_ERASURE = "hidden-markov-erasure"
@@ -187,12 +193,43 @@ def hidden_markov_erasure_law(spec: Mapping[str, Any]) -> HiddenMarkovLaw:
 
 LawFamily = Callable[[Mapping[str, Any]], HiddenMarkovLaw]
 
+#: The project's own families: name -> builder (tracked code, the one home of that mapping).
+#: A name here is never resolved through package metadata.
+BUILT_IN_FAMILIES: dict[str, LawFamily] = {HIDDEN_MARKOV_ERASURE: hidden_markov_erasure_law}
+
+# Families loaded from installed distributions in this process: name -> builder.
+_installed: dict[str, LawFamily] = {}
+
+
+def installed_family(name: str) -> LawFamily:
+    """The builder an installed package declares for family ``name`` (loaded once per process).
+
+    Raises :class:`prereg.registry.NotInstalled` with the reasons no installed package
+    qualifies (e.g. its module was edited after install: reinstall it).
+    """
+    if name in BUILT_IN_FAMILIES:
+        raise LawError(f"law family {name!r} is built in; it is never read from package metadata")
+    if name not in _installed:
+        _installed[name] = extensions.load_installed(extensions.LAW_FAMILIES, name, callable)
+    return _installed[name]
+
+
+def family_origin(name: str) -> dict | None:
+    """Where family ``name`` came from: built in, or the installed distribution and file
+    (:func:`prereg.registry.origin`); None if it was not loaded from either."""
+    if name in BUILT_IN_FAMILIES:
+        build = BUILT_IN_FAMILIES[name]
+        return {"built_in": f"{build.__module__}:{build.__qualname__}"}
+    return extensions.origin(extensions.LAW_FAMILIES, name)
+
 
 class LawRegistry:
     """Law families (name -> function of a spec) and named laws (name -> law).
 
-    Use :func:`law_registry` for a registry that holds the shipped
-    ``hidden-markov-erasure`` family; the plan's worlds are built with it.
+    Use :func:`law_registry` for a registry that holds the built-in families; the plan's
+    worlds are built with it. A family this registry does not hold is looked up among
+    installed packages (entry-point group ``prereg.law_families``), unless it is a
+    built-in name.
     """
 
     def __init__(self) -> None:
@@ -200,9 +237,14 @@ class LawRegistry:
         self._laws: dict[str, HiddenMarkovLaw] = {}
 
     def register_family(self, name: str, build: LawFamily) -> None:
-        """Register ``build(spec) -> law`` under ``name``; refuses to replace one."""
+        """Register ``build(spec) -> law`` under ``name`` in this registry (in-process; a run
+        resolves a plan's families through :func:`law_registry`, so a family meant for runs
+        is declared by an installed package instead). Refuses to replace one, and a built-in
+        name for another builder."""
         if name in self._families:
             raise LawError(f"law family {name!r} is already registered; choose another name")
+        if name in BUILT_IN_FAMILIES and build is not BUILT_IN_FAMILIES[name]:
+            raise LawError(f"law family {name!r} is built in; register yours under another name")
         self._families[name] = build
 
     def register_law(self, law: HiddenMarkovLaw) -> None:
@@ -227,16 +269,41 @@ class LawRegistry:
                 "Register it with register_law or give its full spec."
             ) from None
 
+    def family(self, name: object) -> LawFamily:
+        """The builder of family ``name``: this registry's, else an installed package's."""
+        if isinstance(name, str) and name in self._families:
+            return self._families[name]
+        reasons: list[str] = []
+        if isinstance(name, str) and name not in BUILT_IN_FAMILIES:
+            try:
+                return installed_family(name)
+            except extensions.NotInstalled as missing:
+                reasons = missing.reasons
+        why = f" ({'; '.join(reasons)})" if reasons else ""
+        known = sorted(
+            set(self._families) | set(extensions.installed_names(extensions.LAW_FAMILIES))
+        )
+        raise LawError(
+            f"law spec family={name!r} is unknown{why}; known families: {known} (built in: "
+            f"{sorted(BUILT_IN_FAMILIES)}). A package adds one by declaring it under "
+            f'[project.entry-points."{extensions.LAW_FAMILIES}"] in its pyproject.toml '
+            '(<family> = "<module>:<build>", build(spec) -> HiddenMarkovLaw) and being '
+            "installed into this environment (pip install PATH; not -e)"
+        )
+
     def law_from_spec(self, spec: Mapping[str, Any]) -> HiddenMarkovLaw:
         """Build a law from a plan spec through the family named in ``spec["family"]``."""
         if not isinstance(spec, Mapping):
             raise TypeError(f"spec={spec!r} must be a mapping of plan fields")
         family = spec.get("family")
-        if family not in self._families:
+        law = self.family(family)(spec)
+        if not isinstance(law, HiddenMarkovLaw):
+            where = family_origin(family) or {}
             raise LawError(
-                f"law spec family={family!r} is unknown; known families: {sorted(self._families)}"
+                f"law family {family!r} ({where.get('distribution', 'registered')}) built "
+                f"{law!r} from {dict(spec)!r}, not a HiddenMarkovLaw"
             )
-        return self._families[family](spec)
+        return law
 
     @property
     def law_names(self) -> tuple[str, ...]:
@@ -244,12 +311,11 @@ class LawRegistry:
         return tuple(sorted(self._laws))
 
 
-#: Reference laws (DESIGN.md, "RP002A reference generator laws"). Stated here
-#: once, for tests and demos; the plan carries the values a stage uses.
 def law_registry() -> LawRegistry:
-    """A fresh registry holding the shipped ``hidden-markov-erasure`` family."""
+    """A fresh registry holding the built-in families; installed families resolve through it."""
     registry = LawRegistry()
-    registry.register_family(HIDDEN_MARKOV_ERASURE, hidden_markov_erasure_law)
+    for name, build in BUILT_IN_FAMILIES.items():
+        registry.register_family(name, build)
     return registry
 
 
