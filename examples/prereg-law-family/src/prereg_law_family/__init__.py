@@ -1,0 +1,1 @@
+"""An example prereg extension: the RP002A law family ``sticky-erasure``."""
