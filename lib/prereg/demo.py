@@ -3,7 +3,9 @@
 The committed HEAD is cloned into ``demo-output/<time>/repo``; there each stage is
 approved with its demo plan (``plans/demo/``), the approval committed, the stage run with
 pytest through the gate, and the run audited. The clone's own ``lib/`` is put first on
-``PYTHONPATH`` so the code that runs is the code that was approved.
+``PYTHONPATH`` so the code that runs is the code that was approved. The stages and their
+demo plans are :data:`prereg.demo_steps.STEPS` (a caller may pass others, as the pipeline
+checks do); this module imports them, never the other way round.
 """
 
 from __future__ import annotations
@@ -11,28 +13,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
 
 from prereg import gitrepo
+from prereg.demo_steps import STEPS, DemoStep
 from prereg.hashing import read_json
-
-
-@dataclass(frozen=True)
-class DemoStep:
-    stage: str
-    plan: str
-    workers: int = 2
-    prepare: Callable[[Path], dict[str, Path]] | None = None  # returns --input NAME=PATH pairs
-    after: Callable[[Path, str], None] | None = field(default=None)  # prints what the stage found
-
-
-def _steps() -> list[DemoStep]:
-    from prereg.demo_steps import STEPS
-
-    return STEPS
 
 
 class DemoFailed(RuntimeError):
@@ -49,7 +35,7 @@ def _run(cmd: list[str], cwd: Path, env: dict, *, quiet: bool = False) -> None:
 
 
 def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = None) -> int:
-    steps = steps if steps is not None else _steps()
+    steps = steps if steps is not None else STEPS
     if gitrepo.dirty_paths(root):
         print(
             "prereg demo: note: the demo runs the committed HEAD; uncommitted changes are not included"

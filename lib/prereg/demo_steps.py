@@ -1,15 +1,31 @@
-"""The stages ``prereg demo`` runs, in order, with their demo plans and prepared inputs."""
+"""The stages ``prereg demo`` runs, in order, with their demo plans and prepared inputs.
+
+:class:`DemoStep` and :data:`STEPS` live here; :mod:`prereg.demo` imports them (this module
+imports nothing of the demo runner).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from prereg import gitrepo
-from prereg.demo import DemoStep
 from prereg.e04.demo_inputs import DEMO_PLAN as E04_DEMO
 from prereg.e04.demo_inputs import prepare_e04_demo
 
 RP002A_DEMO = "plans/demo/STATISTICAL_PIPELINE_PLAN.json"
+
+
+@dataclass(frozen=True)
+class DemoStep:
+    """One stage of ``prereg demo`` (:func:`prereg.demo.run_demo` runs a list of them)."""
+
+    stage: str
+    plan: str
+    workers: int = 2
+    prepare: Callable[[Path], dict[str, Path]] | None = None  # returns --input NAME=PATH pairs
+    after: Callable[[Path, str], None] | None = None  # prints what the stage found
 
 
 def _show(name: str) -> object:
@@ -28,7 +44,7 @@ def _commit_frozen_config(clone: Path, run_id: str) -> None:
     )
 
 
-STEPS = [
+STEPS: list[DemoStep] = [
     DemoStep(stage="calibration", plan=RP002A_DEMO, after=_show("SUMMARY.md")),
     DemoStep(stage="target-variance", plan=RP002A_DEMO, after=_show("SUMMARY.md")),
     DemoStep(stage="confirmatory-config", plan=RP002A_DEMO, workers=1, after=_commit_frozen_config),
