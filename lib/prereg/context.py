@@ -10,7 +10,23 @@ from prereg import seeds
 
 
 class BudgetExceeded(RuntimeError):
-    """The stage's wall-time budget ran out; the stage ends incomplete, outputs kept."""
+    """The stage's wall-time budget ran out; the stage ends incomplete, outputs kept.
+
+    The one class of it: the plugin recognises it, and RP002A training raises it between
+    two epochs with the epochs completed so far.
+
+    Attributes
+    ----------
+    trace : tuple
+        Work completed before the deadline check failed (training: its epoch records).
+    deadline : float or None
+        The deadline that was exceeded, when the raiser knows it.
+    """
+
+    def __init__(self, message: str, *, trace: tuple = (), deadline: float | None = None):
+        super().__init__(message)
+        self.trace = tuple(trace)
+        self.deadline = deadline
 
 
 class SeedNamespaceMissing(RuntimeError):

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from prereg.context import BudgetExceeded
 from prereg.rp002a.models import initialise_parameters
 
 __all__ = [
@@ -60,26 +61,6 @@ class TrainInputError(ValueError):
 
 class WeightsFormatError(ValueError):
     """A weights file is not in the format written by :func:`weights_to_bytes`."""
-
-
-class BudgetExceeded(RuntimeError):
-    """The stage deadline passed between two epochs.
-
-    Attributes
-    ----------
-    trace : tuple of EpochRecord
-        Epochs completed before the deadline check failed (possibly empty).
-    deadline : float
-        The ``time.monotonic()`` deadline that was exceeded.
-    """
-
-    def __init__(self, trace: tuple[EpochRecord, ...], deadline: float) -> None:
-        super().__init__(
-            f"training deadline exceeded after {len(trace)} epoch(s) "
-            f"(monotonic deadline {deadline:.3f}); partial trace attached"
-        )
-        self.trace = trace
-        self.deadline = deadline
 
 
 class NonFiniteLoss(RuntimeError):
@@ -433,7 +414,12 @@ def train(
     stop_reason = "cap"
     for epoch in range(1, config.max_epochs + 1):
         if deadline is not None and time.monotonic() >= deadline:
-            raise BudgetExceeded(tuple(trace), deadline)
+            raise BudgetExceeded(
+                f"training deadline exceeded after {len(trace)} epoch(s) "
+                f"(monotonic deadline {deadline:.3f}); partial trace attached",
+                trace=tuple(trace),
+                deadline=deadline,
+            )
         started = time.perf_counter()
         model.train()
         order = torch.from_numpy(order_generator.permutation(n_train))
