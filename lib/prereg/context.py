@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,16 @@ class ItemContext:
     def shared(self) -> dict:
         """The plan's parameters shared between stages."""
         return self.plan.get("parameters", {})
+
+    @functools.cached_property
+    def settings(self) -> object:
+        """The stage kind's typed settings of this stage, parsed once per item."""
+        from prereg.stages import load_kind
+
+        kind = load_kind(self.plan["stages"][self.stage]["kind"])
+        if kind.settings is None:
+            raise TypeError(f"stage kind {kind.name!r} defines no settings")
+        return kind.settings(self.plan, self.stage)
 
     def coords(self, **coordinates: object) -> None:
         self.record.setdefault("coords", {}).update(coordinates)

@@ -196,9 +196,14 @@ def render_target_variance(context: SectionContext) -> str:
 
 
 def _margin(context: SectionContext) -> float | None:
+    """The decisions' margin from the plan at the run's commit (None if it does not parse)."""
+    from prereg.rp002a.settings import parse_decision, plan_source
+
+    if not isinstance(context.plan, dict):
+        return None
     try:
-        return context.plan["parameters"]["decision"]["margin_nats"]
-    except (KeyError, TypeError):
+        return parse_decision(context.plan, plan_source(context.plan)).margin_nats
+    except ValueError:
         return None
 
 

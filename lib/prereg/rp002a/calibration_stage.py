@@ -18,23 +18,21 @@ assessment episodes).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from prereg.arrays import load_npz, save_npz
 from prereg.hashing import canonical_json, read_json, write_json
-from prereg.rp002a.plan_schema import SHARED
-from prereg.schema import (
-    OneOf,
-    PositiveFloat,
-    PositiveInt,
-    Probability,
-    Range,
-    SchemaError,
-    UnitInterval,
-    validate,
+from prereg.rp002a.settings import (
+    CALIBRATION_PARAMETERS,
+    CalibrationPlan,
+    parse_calibration,
+    renderer,
+    rp002a_kind,
 )
 from prereg.seeds import derivation, numpy_generator
-from prereg.stages import RunView, StageKind
+from prereg.stages import RunView, coordinate_key
 from prereg.stats.calibration import (
     CalibrationSettings,
     SimulationCell,
@@ -42,7 +40,6 @@ from prereg.stats.calibration import (
     run_simulation_cell,
 )
 from prereg.stats.calibration_bootstrap import BootstrapCell, BootstrapSettings, run_bootstrap_cell
-from prereg.stats.laws import LAW_NAMES
 from prereg.stats.records import replay_differences, to_record, trial_arrays
 
 STAGE = "calibration"
@@ -52,64 +49,34 @@ TIMING = "cpu.timing.json"
 SUMMARY = "calibration_summary.json"
 SUMMARY_TIMING = "benchmark_cpu.timing.json"
 SUMMARY_TEXT = "SUMMARY.md"
+SIMULATION, BOOTSTRAP = "simulation", "bootstrap"  # the ``design`` coordinate of an item
 
-SAMPLE_COUNT = Range(int, min=2)  # replicates of a t interval: n - 1 >= 1 degrees of freedom
-
-PARAMETERS = {
-    "simulation": {
-        "n": [SAMPLE_COUNT],
-        "laws": [OneOf(LAW_NAMES)],
-        "rho": [UnitInterval],
-        "within_fraction": [UnitInterval],
-        "trials": PositiveInt,
-        "decision_sd": PositiveFloat,
-        "width_quantiles": [UnitInterval],
-    },
-    # The Monte Carlo bound's own alpha (simultaneous over the cells), not the decisions'
-    # alpha: that one is parameters.decision.familywise_alpha.
-    "monte_carlo_bound": {
-        "familywise_alpha": Probability,
-        "statements": PositiveInt,
-        "sided": OneOf(("one-sided upper",)),
-        "method": OneOf(("clopper-pearson",)),
-    },
-    "eligibility": {"minimum_n": SAMPLE_COUNT, "max_coverage_failure_upper": Probability},
-    # No rho: benchmark cells have no shared component by construction
-    # (prereg.stats.calibration_bootstrap), so a rho here would be read by nothing.
-    "bootstrap_benchmark": {
-        "n": [SAMPLE_COUNT],
-        "laws": [OneOf(LAW_NAMES)],
-        "within_fraction": [UnitInterval],
-        "trials": PositiveInt,
-        "draws": PositiveInt,
-        "episodes": PositiveInt,
-        "caveat": str,
-    },
-}
+PARAMETERS = CALIBRATION_PARAMETERS  # the stage's schema (prereg.rp002a.settings)
 
 
-def _params(plan: dict) -> dict:
-    return plan["stages"][STAGE]["parameters"]
+def settings_of(plan: dict, stage: str = STAGE) -> CalibrationPlan:
+    """The calibration's typed settings (:func:`prereg.rp002a.settings.parse_calibration`)."""
+    return parse_calibration(plan, stage)
 
 
-def simulation_cells(plan: dict) -> list[SimulationCell]:
-    sim = _params(plan)["simulation"]
+def simulation_cells(settings: CalibrationPlan) -> list[SimulationCell]:
+    sim = settings.simulation
     return [
         SimulationCell(n=n, law=law, rho=rho, within_fraction=f)
-        for n in sim["n"]
-        for law in sim["laws"]
-        for rho in sim["rho"]
-        for f in sim["within_fraction"]
+        for n in sim.n
+        for law in sim.laws
+        for rho in sim.rho
+        for f in sim.within_fraction
     ]
 
 
-def bootstrap_cells(plan: dict) -> list[BootstrapCell]:
-    bench = _params(plan)["bootstrap_benchmark"]
+def bootstrap_cells(settings: CalibrationPlan) -> list[BootstrapCell]:
+    bench = settings.bootstrap
     return [
         BootstrapCell(n=n, law=law, within_fraction=f)
-        for n in bench["n"]
-        for law in bench["laws"]
-        for f in bench["within_fraction"]
+        for n in bench.n
+        for law in bench.laws
+        for f in bench.within_fraction
     ]
 
 
@@ -122,82 +89,84 @@ def bootstrap_id(cell: BootstrapCell) -> str:
 
 
 def simulation_coords(cell: SimulationCell) -> tuple:
-    return ("simulation", cell.n, cell.law, f"{cell.rho:g}", f"{cell.within_fraction:g}")
+    return (SIMULATION, cell.n, cell.law, f"{cell.rho:g}", f"{cell.within_fraction:g}")
 
 
 def bootstrap_coords(cell: BootstrapCell) -> tuple:
-    return ("bootstrap", cell.n, cell.law, f"{cell.within_fraction:g}")
+    return (BOOTSTRAP, cell.n, cell.law, f"{cell.within_fraction:g}")
 
 
-def simulation_settings(plan: dict) -> CalibrationSettings:
-    decision = plan["parameters"]["decision"]
-    params = _params(plan)
-    sim, bound = params["simulation"], params["monte_carlo_bound"]
+def cell_coordinates(cell: SimulationCell | BootstrapCell) -> dict:
+    """What an item records with ``research.coords``: its design and the cell's fields."""
+    design = SIMULATION if isinstance(cell, SimulationCell) else BOOTSTRAP
+    return {"design": design, **cell.__dict__}
+
+
+_CELL_TYPES = {SIMULATION: SimulationCell, BOOTSTRAP: BootstrapCell}
+
+
+def item_key(coords: Mapping[str, Any]) -> str:
+    """``design:field=value,...``: the design names the cell type, whose fields are exact.
+
+    A simulation cell records n, law, rho and within_fraction; a bootstrap cell records
+    no rho. Other or missing fields, or another design, name no cell (``ValueError``).
+    """
+    fields = dict(coords)
+    design = fields.pop("design", None)
+    cell_type = _CELL_TYPES.get(design)
+    if cell_type is None:
+        raise ValueError(f"design {design!r} is neither {SIMULATION!r} nor {BOOTSTRAP!r}")
+    wanted = set(cell_type.__dataclass_fields__)
+    if set(fields) != wanted:
+        raise ValueError(f"a {design} cell records {sorted(wanted)}, not {sorted(fields)}")
+    return f"{design}:{coordinate_key(fields)}"
+
+
+def cell_key(cell: SimulationCell | BootstrapCell) -> str:
+    return item_key(cell_coordinates(cell))
+
+
+def simulation_settings(settings: CalibrationPlan) -> CalibrationSettings:
+    decision, sim, bound = settings.decision, settings.simulation, settings.bound
     return CalibrationSettings(
-        trials=sim["trials"],
-        contrasts=decision["family_size"],
-        alpha=decision["familywise_alpha"],
-        primary_inflation=decision["primary_inflation"],
-        report_inflation=decision["report_inflation"],
-        margin=decision["margin_nats"],
-        decision_sd=sim["decision_sd"],
-        mc_alpha=bound["familywise_alpha"] / bound["statements"],
-        width_quantiles=tuple(sim["width_quantiles"]),
+        trials=sim.trials,
+        contrasts=decision.family_size,
+        alpha=decision.familywise_alpha,
+        primary_inflation=decision.primary_inflation,
+        report_inflation=decision.report_inflation,
+        margin=decision.margin_nats,
+        decision_sd=sim.decision_sd,
+        mc_alpha=bound.familywise_alpha / bound.statements,
+        width_quantiles=sim.width_quantiles,
     )
 
 
-def bootstrap_settings(plan: dict) -> BootstrapSettings:
-    decision = plan["parameters"]["decision"]
-    bench = _params(plan)["bootstrap_benchmark"]
+def bootstrap_settings(settings: CalibrationPlan) -> BootstrapSettings:
+    decision, bench = settings.decision, settings.bootstrap
     return BootstrapSettings(
-        trials=bench["trials"],
-        draws=bench["draws"],
-        episodes=bench["episodes"],
-        contrasts=decision["family_size"],
-        alpha=decision["familywise_alpha"],
+        trials=bench.trials,
+        draws=bench.draws,
+        episodes=bench.episodes,
+        contrasts=decision.family_size,
+        alpha=decision.familywise_alpha,
     )
-
-
-def validate_plan(plan, stage: str) -> None:
-    if stage != STAGE:
-        raise SchemaError(
-            f"{plan.path}: stage {stage!r} has kind {KIND.name!r}, which reads the stage "
-            f"named {STAGE!r} (and the stages it consumes by name); name the stage {STAGE!r}"
-        )
-    source = f"{plan.path}: stages.{stage}.parameters"
-    validate(
-        plan.stage(stage)["parameters"],
-        PARAMETERS,
-        source=str(plan.path),
-        path=f"stages.{stage}.parameters",
-    )
-    # The calibration reads only the decision block of the shared parameters (a reduced
-    # plan may hold only that); its ranges are the shared schema's.
-    shared = plan.data.get("parameters")
-    decision = shared.get("decision") if isinstance(shared, dict) else None
-    validate(decision, SHARED["decision"], source=str(plan.path), path="parameters.decision")
-    statements = plan.stage(stage)["parameters"]["monte_carlo_bound"]["statements"]
-    cells = len(simulation_cells(plan.data))
-    if statements != cells:
-        raise ValueError(
-            f"{source}.monte_carlo_bound.statements is {statements}, but the grid has {cells} "
-            "simulation cells: the simultaneous bound must cover every cell"
-        )
 
 
 # -- items ------------------------------------------------------------------------------
 
 
-def run_simulation_item(plan: dict, cell: SimulationCell, rng, outputs: Path) -> dict:
-    result = run_simulation_cell(cell, simulation_settings(plan), rng)
+def run_simulation_item(
+    settings: CalibrationPlan, cell: SimulationCell, rng, outputs: Path
+) -> dict:
+    result = run_simulation_cell(cell, simulation_settings(settings), rng)
     record = to_record(result)
     write_json(outputs / FIGURES, record)
     save_npz(outputs / TRIALS, trial_arrays(result))
     return record
 
 
-def run_bootstrap_item(plan: dict, cell: BootstrapCell, rng, outputs: Path) -> dict:
-    result = run_bootstrap_cell(cell, bootstrap_settings(plan), rng)
+def run_bootstrap_item(settings: CalibrationPlan, cell: BootstrapCell, rng, outputs: Path) -> dict:
+    result = run_bootstrap_cell(cell, bootstrap_settings(settings), rng)
     record = to_record(result)
     write_json(outputs / TIMING, record.pop("non_reproducible"))
     write_json(outputs / FIGURES, record)
@@ -208,10 +177,10 @@ def run_bootstrap_item(plan: dict, cell: BootstrapCell, rng, outputs: Path) -> d
 # -- summary ------------------------------------------------------------------------------
 
 
-def eligibility_table(plan: dict, records: list[dict]) -> list[dict]:
+def eligibility_table(settings: CalibrationPlan, records: list[dict]) -> list[dict]:
     """Per n: cells, the largest inflated CP upper bound, and eligibility (protocol's rule)."""
-    rule = _params(plan)["eligibility"]
-    counts = _params(plan)["simulation"]["n"]
+    rule = settings.eligibility
+    counts = list(settings.simulation.n)
     bounds = {
         n: [
             r["figures"]["inflated"]["coverage_failure_cp_upper"]
@@ -223,25 +192,26 @@ def eligibility_table(plan: dict, records: list[dict]) -> list[dict]:
     eligible = eligibility_from_bounds(
         bounds,
         candidates=counts,
-        minimum_count=rule["minimum_n"],
-        threshold=rule["max_coverage_failure_upper"],
+        minimum_count=rule.minimum_n,
+        threshold=rule.max_coverage_failure_upper,
     )
     return [
         {
             "n": n,
             "cells": len(bounds[n]),
             "max_cp_upper_inflated": max(bounds[n]),
-            "all_cells_within_threshold": max(bounds[n]) <= rule["max_coverage_failure_upper"],
+            "all_cells_within_threshold": max(bounds[n]) <= rule.max_coverage_failure_upper,
             "eligible": eligible[n],
         }
         for n in counts
     ]
 
 
-def build_summary(plan: dict, sim_records: list[dict], boot_records: list[dict]) -> dict:
-    params = _params(plan)
-    bound = params["monte_carlo_bound"]
-    table = eligibility_table(plan, sim_records)
+def build_summary(
+    settings: CalibrationPlan, sim_records: list[dict], boot_records: list[dict]
+) -> dict:
+    bound = settings.bound
+    table = eligibility_table(settings, sim_records)
     cells = []
     for r in sim_records:
         infl, unin = r["figures"]["inflated"], r["figures"]["uninflated"]
@@ -263,26 +233,35 @@ def build_summary(plan: dict, sim_records: list[dict], boot_records: list[dict])
     benchmark = [{"cell": r["cell"], "methods": r["figures"]} for r in boot_records]
     return {
         "stage": "calibration",
-        "plan_id": plan["plan_id"],
+        "plan_id": settings.plan_id,
         "eligibility_rule": {
-            **params["eligibility"],
-            "bound": bound,
-            "bound_level": bound["familywise_alpha"] / bound["statements"],
+            **settings.eligibility.record(),
+            "bound": bound.record(),
+            "bound_level": bound.familywise_alpha / bound.statements,
         },
         "eligibility_by_n": table,
         "eligible_counts": [row["n"] for row in table if row["eligible"]],
         "simulation_cells": cells,
         "bootstrap_benchmark": benchmark,
-        "bootstrap_caveat": params["bootstrap_benchmark"]["caveat"],
-        "scope": plan["parameters"]["decision"]["limitations"],
+        "bootstrap_caveat": settings.bootstrap.caveat,
+        "scope": settings.decision.limitations,
     }
 
 
+def expected_cells(settings: CalibrationPlan) -> dict[str, SimulationCell | BootstrapCell]:
+    """Item key -> cell, in the plan's order: every simulation cell, then every benchmark cell."""
+    return {cell_key(c): c for c in [*simulation_cells(settings), *bootstrap_cells(settings)]}
+
+
 def _records(view: RunView) -> tuple[list[dict], list[dict], list[dict]]:
+    """The items' figures in the plan's cell order, paired by recorded coordinates."""
+    expected = expected_cells(view.settings)
+    order = {key: i for i, key in enumerate(expected)}
+    pairs, _ = view.match(expected)
     sims, boots, timings = [], [], []
-    for item in view.items:
+    for _, item, cell in sorted(pairs, key=lambda pair: order[pair[0]]):
         record = view.load_item_json(item, FIGURES)
-        if record["kind"] == "simulation":
+        if isinstance(cell, SimulationCell):
             sims.append(record)
         else:
             boots.append(record)
@@ -292,17 +271,6 @@ def _records(view: RunView) -> tuple[list[dict], list[dict], list[dict]]:
                     "cpu_seconds": view.load_item_json(item, TIMING)["cpu_seconds"],
                 }
             )
-    order = {
-        json.dumps(c.__dict__, sort_keys=True): i
-        for i, c in enumerate(simulation_cells(view.plan.data))
-    }
-    sims.sort(key=lambda r: order[json.dumps(r["cell"], sort_keys=True)])
-    border = {
-        json.dumps(c.__dict__, sort_keys=True): i
-        for i, c in enumerate(bootstrap_cells(view.plan.data))
-    }
-    boots.sort(key=lambda r: border[json.dumps(r["cell"], sort_keys=True)])
-    timings.sort(key=lambda r: border[json.dumps(r["cell"], sort_keys=True)])
     return sims, boots, timings
 
 
@@ -342,7 +310,7 @@ def _summary_text(summary: dict) -> str:
 
 def summarise(view: RunView) -> None:
     sims, boots, timings = _records(view)
-    summary = build_summary(view.plan.data, sims, boots)
+    summary = build_summary(view.settings, sims, boots)
     write_json(view.summary_dir / SUMMARY, summary)
     write_json(
         view.summary_dir / SUMMARY_TIMING,
@@ -359,42 +327,36 @@ def load_summary(run_dir: Path) -> dict:
 
 
 def replay(view: RunView) -> list[str]:
-    plan = view.plan.data
+    settings = view.settings
     namespace = view.plan.stage(view.stage)["seed_namespace"]
-    expected = {
-        f"test_simulation_cell[{simulation_id(c)}]": ("sim", c) for c in simulation_cells(plan)
-    }
-    expected.update(
-        {f"test_bootstrap_cell[{bootstrap_id(c)}]": ("boot", c) for c in bootstrap_cells(plan)}
-    )
-    findings = []
-    seen = set()
-    for item in view.items:
-        name = item["output_dir"]
-        if name not in expected:
-            findings.append(f"item {item['nodeid']} is not a cell of the plan's grid")
-            continue
-        seen.add(name)
-        kind, cell = expected[name]
-        coords = simulation_coords(cell) if kind == "sim" else bootstrap_coords(cell)
+    pairs, findings = view.match(expected_cells(settings))
+    for _, item, cell in pairs:
+        simulation = isinstance(cell, SimulationCell)
+        name = simulation_id(cell) if simulation else bootstrap_id(cell)
+        coords = simulation_coords(cell) if simulation else bootstrap_coords(cell)
         if item.get("seeds") != [derivation(namespace, *coords)]:
             findings.append(
                 f"{name}: recorded seeds {item.get('seeds')} are not the plan's derivation"
             )
             continue
         record = view.load_item_json(item, FIGURES)
-        settings = simulation_settings(plan) if kind == "sim" else bootstrap_settings(plan)
-        if record["settings"] != json.loads(canonical_json(to_record_settings(settings))):
+        if json.dumps(record.get("cell"), sort_keys=True) != json.dumps(
+            cell.__dict__, sort_keys=True
+        ):
+            findings.append(f"{name}: figures.json holds cell {record.get('cell')!r}")
+            continue
+        cell_settings = (
+            simulation_settings(settings) if simulation else bootstrap_settings(settings)
+        )
+        if record["settings"] != json.loads(canonical_json(to_record_settings(cell_settings))):
             findings.append(f"{name}: figures.json settings differ from the plan's")
             continue
         arrays = load_npz(view.item_dir(item) / TRIALS)
         for difference in replay_differences(record, arrays, numpy_generator(namespace, *coords)):
             findings.append(f"{name}: {difference}")
-    for name in sorted(set(expected) - seen):
-        findings.append(f"cell {name} of the plan's grid has no item in the manifest")
     if not findings:
         sims, boots, _ = _records(view)
-        fresh = build_summary(plan, sims, boots)
+        fresh = build_summary(settings, sims, boots)
         if canonical_json(fresh) != (view.summary_dir / SUMMARY).read_text(encoding="utf-8"):
             findings.append(f"summary/{SUMMARY} differs from the summary recomputed from the items")
         if _summary_text(fresh) != (view.summary_dir / SUMMARY_TEXT).read_text(encoding="utf-8"):
@@ -408,10 +370,12 @@ def to_record_settings(settings) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(settings).items()}
 
 
-KIND = StageKind(
-    name="rp002a.calibration",
-    validate=validate_plan,
+KIND = rp002a_kind(
+    "rp002a.calibration",
+    parse_calibration,
+    item_key=item_key,
     summarise=summarise,
     replay=replay,
+    render=renderer("prereg.report.calibration:render_calibration"),
     doc=__doc__ or "",
 )

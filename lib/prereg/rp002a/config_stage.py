@@ -22,73 +22,35 @@ from pathlib import Path
 from prereg import gitrepo
 from prereg.hashing import canonical_json, read_json, sha256_bytes, sha256_file, write_json
 from prereg.rp002a import calibration_stage, variance_stage
-from prereg.rp002a.plan_schema import validate_shared
-from prereg.schema import PositiveFloat, Range, SchemaError, validate
-from prereg.stages import RunView, StageKind
+from prereg.rp002a.settings import (
+    CONFIG_PARAMETERS,
+    ConfigPlan,
+    parse_config,
+    renderer,
+    rp002a_kind,
+)
+from prereg.stages import RunView
 from prereg.stats import planning
 
 STAGE = "confirmatory-config"
 CONFIG = "CONFIRMATORY_CONFIG.json"
 FORMAT = "rp002a-confirmatory-config-1"
-PARAMETERS = {
-    "candidate_counts": [Range(int, min=2)],  # replicates of a t interval (n - 1 df >= 1)
-    "target_half_width_nats": PositiveFloat,
-    "output": str,
-    "assumption": str,
-}
-# The planning rule's SD bound has no numbers of its own: its degrees of freedom are the
-# target-variance stage's replicates - 1, its alpha and family size are the decisions'
-# (parameters.decision), the ones the confirmatory intervals read. One home each.
+PARAMETERS = CONFIG_PARAMETERS  # the stage's schema (prereg.rp002a.settings)
+ITEM = "config"  # the key of the stage's one item
 
 
-def validate_plan(plan, stage: str) -> None:
-    if stage != STAGE:
-        raise SchemaError(
-            f"{plan.path}: stage {stage!r} has kind {KIND.name!r}, which reads the stage "
-            f"named {STAGE!r} (and the stages it consumes by name); name the stage {STAGE!r}"
-        )
-    validate_shared(plan)
-    params = plan.stage(stage)["parameters"]
-    validate(params, PARAMETERS, source=str(plan.path), path=f"stages.{stage}.parameters")
-    if not params["candidate_counts"]:
-        raise SchemaError(
-            f"{plan.path}: field stages.{stage}.parameters.candidate_counts is empty; "
-            "list at least one count"
-        )
-    if variance_stage.STAGE not in plan.stages:
-        raise SchemaError(
-            f"{plan.path}: the {STAGE} stage reads the replicates of a {variance_stage.STAGE} "
-            "stage in the same plan, and there is none"
-        )
-    replicates = plan.stage(variance_stage.STAGE)["parameters"]["replicates"]
-    if not isinstance(replicates, int) or isinstance(replicates, bool) or replicates < 2:
-        raise SchemaError(
-            f"{plan.path}: field stages.{variance_stage.STAGE}.parameters.replicates is "
-            f"{replicates!r}; the planning rule needs an integer >= 2 (df = replicates - 1)"
-        )
-    if calibration_stage.STAGE in plan.stages:
-        grid = plan.stage(calibration_stage.STAGE)["parameters"]["simulation"]["n"]
-        missing = [n for n in params["candidate_counts"] if n not in grid]
-        if missing:
-            raise SchemaError(
-                f"{plan.path}: field stages.{stage}.parameters.candidate_counts lists {missing}, "
-                f"which the calibration grid (stages.{calibration_stage.STAGE}.parameters."
-                f"simulation.n = {grid}) does not calibrate; the rule would fail after the run"
-            )
+def settings_of(plan: dict | ConfigPlan) -> ConfigPlan:
+    """The stage's typed settings; a plan's data is parsed (checks pass plan dicts)."""
+    return plan if isinstance(plan, ConfigPlan) else parse_config(plan, STAGE)
 
 
-def sd_bound(plan: dict) -> dict:
+def sd_bound(plan: dict | ConfigPlan) -> dict:
     """The planning rule's SD-bound settings, each read from its one home in the plan."""
-    decision = plan["parameters"]["decision"]
-    return {
-        "df": plan["stages"][variance_stage.STAGE]["parameters"]["replicates"] - 1,
-        "familywise_alpha": decision["familywise_alpha"],
-        "family_size": decision["family_size"],
-    }
+    return settings_of(plan).sd_bound()
 
 
-def output_path(root: Path, plan: dict) -> Path:
-    return Path(root) / "plans" / plan["stages"][STAGE]["parameters"]["output"]
+def output_path(root: Path, settings: ConfigPlan) -> Path:
+    return Path(root) / "plans" / settings.output
 
 
 def _binding(run_dir: Path) -> dict:
@@ -106,37 +68,37 @@ def _binding(run_dir: Path) -> dict:
 
 
 def derive_config(
-    plan: dict, required_runs: dict[str, Path], *, source_commit: str, root: Path
+    settings: ConfigPlan, required_runs: dict[str, Path], *, source_commit: str, root: Path
 ) -> dict:
     """The frozen configuration, from the consumed runs' summaries by the fixed rule."""
-    params = plan["stages"][STAGE]["parameters"]
-    decision_params = plan["parameters"]["decision"]
+    params = settings.record()
+    candidates = list(settings.candidate_counts)
     cal_dir, var_dir = required_runs[calibration_stage.STAGE], required_runs[variance_stage.STAGE]
     calibration = calibration_stage.load_summary(cal_dir)
     variance = variance_stage.load_summary(var_dir)
     by_n = {row["n"]: row["eligible"] for row in calibration["eligibility_by_n"]}
-    missing = [n for n in params["candidate_counts"] if n not in by_n]
+    missing = [n for n in candidates if n not in by_n]
     if missing:
         raise ValueError(
             f"candidate counts {missing} were not calibrated (calibration grid: {sorted(by_n)})"
         )
     sds = [row["sd"] for row in variance["contrasts"]]
-    bound = sd_bound(plan)
+    bound = settings.sd_bound()
     decision = planning.select_sample_count(
         sds,
-        candidates=params["candidate_counts"],
-        eligibility={n: by_n[n] for n in params["candidate_counts"]},
+        candidates=candidates,
+        eligibility={n: by_n[n] for n in candidates},
         df=bound["df"],
         alpha=bound["familywise_alpha"],
         family_size=bound["family_size"],
-        inflation=decision_params["primary_inflation"],
-        target_half_width=params["target_half_width_nats"],
+        inflation=settings.decision.primary_inflation,
+        target_half_width=settings.target_half_width_nats,
     )
     cal_summary = cal_dir / "summary" / calibration_stage.SUMMARY
     var_summary = var_dir / "summary" / variance_stage.SUMMARY
     return {
         "format": FORMAT,
-        "plan_id": plan["plan_id"],
+        "plan_id": settings.plan_id,
         "derived_by_stage": STAGE,
         "source_commit": source_commit,
         "branch": decision.branch,
@@ -144,11 +106,11 @@ def derive_config(
         "confirmation_allowed": decision.n is not None,
         "resource_limited_precision": decision.branch == "resource-limited",
         "rule": {
-            "candidate_counts": params["candidate_counts"],
+            "candidate_counts": candidates,
             "sd_bound": bound,
-            "inflation": decision_params["primary_inflation"],
-            "target_half_width_nats": params["target_half_width_nats"],
-            "assumption": params["assumption"],
+            "inflation": settings.decision.primary_inflation,
+            "target_half_width_nats": settings.target_half_width_nats,
+            "assumption": settings.assumption,
         },
         "sd_inputs": [
             {"contrast": row["contrast"], "sd": row["sd"]} for row in variance["contrasts"]
@@ -175,7 +137,9 @@ def derive_config(
             "rule_parameters_sha256": sha256_bytes(
                 canonical_json({**params, "sd_bound": bound}).encode()
             ),
-            "decision_parameters_sha256": sha256_bytes(canonical_json(decision_params).encode()),
+            "decision_parameters_sha256": sha256_bytes(
+                canonical_json(settings.decision.record()).encode()
+            ),
             "planning_code_sha256": sha256_bytes(inspect.getsource(planning).encode()),
             "config_proposal_sha256": sha256_file(Path(root) / "plans" / "CONFIG_PROPOSAL.json"),
         },
@@ -184,7 +148,10 @@ def derive_config(
 
 def run_item(research, root: Path) -> dict:
     config = derive_config(
-        research.plan, research.required_runs, source_commit=gitrepo.head_commit(root), root=root
+        research.settings,
+        research.required_runs,
+        source_commit=gitrepo.head_commit(root),
+        root=root,
     )
     write_json(research.outputs / CONFIG, config)
     return config
@@ -195,7 +162,7 @@ def summarise(view: RunView) -> None:
     data = (view.item_dir(item) / CONFIG).read_bytes()
     view.summary_dir.mkdir(parents=True, exist_ok=True)
     (view.summary_dir / CONFIG).write_bytes(data)
-    target = output_path(view.root, view.plan.data)
+    target = output_path(view.root, view.settings)
     if target.exists() and target.read_bytes() != data:
         raise FileExistsError(
             f"{target} exists with other content; a frozen configuration is never "
@@ -204,14 +171,21 @@ def summarise(view: RunView) -> None:
     target.write_bytes(data)
 
 
+def item_key(coords) -> str:
+    """The stage has one item, whatever it records."""
+    return ITEM
+
+
 def replay(view: RunView) -> list[str]:
-    (item,) = view.items
+    pairs, findings = view.match({ITEM: None})
+    if findings:
+        return findings
+    ((_, item, _),) = pairs
     manifest = read_json(view.run_dir / "manifest.json", what="manifest")
     required = {stage: view.required_run(stage) for stage in view.approval["requires"]}
     fresh = derive_config(
-        view.plan.data, required, source_commit=manifest["source_commit"], root=view.root
+        view.settings, required, source_commit=manifest["source_commit"], root=view.root
     )
-    findings = []
     if canonical_json(fresh) != (view.item_dir(item) / CONFIG).read_text(encoding="utf-8"):
         findings.append(f"{CONFIG} differs from the configuration recomputed from the bound inputs")
     if (view.summary_dir / CONFIG).read_bytes() != (view.item_dir(item) / CONFIG).read_bytes():
@@ -219,10 +193,12 @@ def replay(view: RunView) -> list[str]:
     return findings
 
 
-KIND = StageKind(
-    name="rp002a.confirmatory-config",
-    validate=validate_plan,
+KIND = rp002a_kind(
+    "rp002a.confirmatory-config",
+    parse_config,
+    item_key=item_key,
     summarise=summarise,
     replay=replay,
+    render=renderer("prereg.report.rp002a:render_confirmatory_config"),
     doc=__doc__ or "",
 )

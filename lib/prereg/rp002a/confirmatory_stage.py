@@ -24,9 +24,8 @@ from pathlib import Path
 from prereg.hashing import canonical_json, read_json, write_json
 from prereg.rp002a import config_stage, variance_stage
 from prereg.rp002a import units as unitlib
-from prereg.rp002a.plan_schema import validate_shared
-from prereg.schema import SchemaError, validate
-from prereg.stages import RunView, StageKind
+from prereg.rp002a.settings import ConfirmatoryPlan, parse_confirmatory, renderer, rp002a_kind
+from prereg.stages import RunView
 from prereg.stats.decisions import contrast_verdict
 from prereg.stats.intervals import replicate_mean_t_interval
 
@@ -35,51 +34,32 @@ DECISIONS = "decisions.json"
 SUMMARY_TEXT = "SUMMARY.md"
 
 
-def validate_plan(plan, stage: str) -> None:
-    if stage != STAGE:
-        raise SchemaError(
-            f"{plan.path}: stage {stage!r} has kind {KIND.name!r}, which reads the stage "
-            f"named {STAGE!r} (and the stages it consumes by name); name the stage {STAGE!r}"
-        )
-    validate_shared(plan)
-    validate(
-        plan.stage(stage)["parameters"],
-        {"note": str, "config": str},
-        source=str(plan.path),
-        path=f"stages.{stage}.parameters",
-    )
-    namespaces = {}
-    for name, spec in plan.stages.items():
-        ns = spec.get("seed_namespace")
-        if ns is not None and ns in namespaces:
-            raise ValueError(
-                f"{plan.path}: stages {namespaces[ns]} and {name} share the seed namespace "
-                f"{ns!r}; confirmation needs a fresh namespace never used before"
-            )
-        if ns is not None:
-            namespaces[ns] = name
+def settings_of(plan: dict | ConfirmatoryPlan) -> ConfirmatoryPlan:
+    """The stage's typed settings; a plan's data is parsed (checks pass plan dicts)."""
+    return plan if isinstance(plan, ConfirmatoryPlan) else parse_confirmatory(plan, STAGE)
 
 
-def config_path(root: Path, plan: dict) -> Path:
-    return Path(root) / plan["stages"][STAGE]["parameters"]["config"]
+def config_path(root: Path, settings: ConfirmatoryPlan) -> Path:
+    return Path(root) / settings.config
 
 
-def load_config(root: Path, plan: dict) -> dict:
-    return read_json(config_path(root, plan), what="frozen confirmatory configuration")
+def load_config(root: Path, settings: ConfirmatoryPlan) -> dict:
+    return read_json(config_path(root, settings), what="frozen confirmatory configuration")
 
 
 def stage_units(root: Path, plan: dict) -> list[unitlib.Unit]:
-    config = load_config(root, plan)
+    settings = settings_of(plan)
+    config = load_config(root, settings)
     if not config["confirmation_allowed"]:
         raise RuntimeError(
-            f"{config_path(root, plan)}: branch {config['branch']}: no confirmation may run"
+            f"{config_path(root, settings)}: branch {config['branch']}: no confirmation may run"
         )
-    return unitlib.units(plan, config["n"])
+    return unitlib.units(settings.shared, config["n"])
 
 
 def gate_check(root: Path, plan, stage: str, approval: dict) -> list[str]:
     """The committed configuration must be the bound run's, and must allow confirmation."""
-    path = config_path(root, plan.data)
+    path = config_path(root, parse_confirmatory(plan.data, stage, source=str(plan.path)))
     if not path.exists():
         return [
             (
@@ -106,23 +86,21 @@ def gate_check(root: Path, plan, stage: str, approval: dict) -> list[str]:
     return []
 
 
-def decisions(plan: dict, records: list[dict], config: dict) -> dict:
-    decision = plan["parameters"]["decision"]
+def decisions(plan: ConfirmatoryPlan | dict, records: list[dict], config: dict) -> dict:
+    """Intervals and decisions per contrast of the family (a plan dict is parsed first)."""
+    settings = settings_of(plan)
+    decision = settings.shared.decision
     rows = []
-    for contrast in plan["parameters"]["contrast_family"]:
-        values = [
-            r["contrasts"][contrast["id"]] for r in records if r["world"] == contrast["world"]
-        ]
-        common = {"alpha": decision["familywise_alpha"], "family_size": decision["family_size"]}
-        primary = replicate_mean_t_interval(
-            values, inflation=decision["primary_inflation"], **common
-        )
-        report = replicate_mean_t_interval(values, inflation=decision["report_inflation"], **common)
+    for contrast in settings.shared.contrast_family:
+        values = [r["contrasts"][contrast.id] for r in records if r["world"] == contrast.world]
+        common = {"alpha": decision.familywise_alpha, "family_size": decision.family_size}
+        primary = replicate_mean_t_interval(values, inflation=decision.primary_inflation, **common)
+        report = replicate_mean_t_interval(values, inflation=decision.report_inflation, **common)
         rows.append(
             {
-                "contrast": contrast["id"],
-                "kind": contrast["kind"],
-                "note": contrast["note"],
+                "contrast": contrast.id,
+                "kind": contrast.kind,
+                "note": contrast.note,
                 "n": primary.n,
                 "df": primary.df,
                 "mean": primary.mean,
@@ -141,24 +119,24 @@ def decisions(plan: dict, records: list[dict], config: dict) -> dict:
                     "half_width": report.half_width,
                 },
                 "decision": contrast_verdict(
-                    primary, kind=contrast["kind"], margin=decision["margin_nats"]
+                    primary, kind=contrast.kind, margin=decision.margin_nats
                 ),
                 "per_replicate": values,
             }
         )
     return {
         "stage": STAGE,
-        "plan_id": plan["plan_id"],
+        "plan_id": settings.plan_id,
         "config": {k: config[k] for k in ("branch", "n", "resource_limited_precision")},
-        "margin_nats": decision["margin_nats"],
+        "margin_nats": decision.margin_nats,
         "decision_rule": "benefit iff the inflated interval lies strictly below -margin; equivalence iff "
         "strictly inside (-margin, +margin); otherwise indeterminate (nonsignificance is "
         "not equivalence); zero observed SD is an analysis failure",
         "contrasts": rows,
-        "assumptions": decision["assumptions"],
-        "limitations": decision["limitations"],
-        "rationale": decision["rationale"],
-        "diagnostics_equal_replicate": variance_stage.diagnostics_table(plan, records),
+        "assumptions": decision.assumptions,
+        "limitations": decision.limitations,
+        "rationale": decision.rationale,
+        "diagnostics_equal_replicate": variance_stage.diagnostics_table(settings.shared, records),
         "diagnostics_note": "Descriptive secondary outputs only; no additional confirmatory decisions.",
     }
 
@@ -199,17 +177,21 @@ def _config(view: RunView) -> dict:
 
 
 def summarise(view: RunView) -> None:
-    result = decisions(view.plan.data, variance_stage.unit_records(view), _config(view))
+    settings = view.settings
+    records = variance_stage.unit_records(view, settings.shared)
+    result = decisions(settings, records, _config(view))
     write_json(view.summary_dir / DECISIONS, result)
     (view.summary_dir / SUMMARY_TEXT).write_text(decision_table_text(result), encoding="utf-8")
 
 
 def replay(view: RunView) -> list[str]:
+    settings = view.settings
     config = _config(view)
-    expected = unitlib.units(view.plan.data, config["n"])
-    findings = variance_stage.replay_units(view, expected, "test_unit")
+    expected = unitlib.units(settings.shared, config["n"])
+    findings = variance_stage.replay_units(view, settings.shared, expected)
     if not findings:
-        fresh = decisions(view.plan.data, variance_stage.unit_records(view), config)
+        records = variance_stage.unit_records(view, settings.shared)
+        fresh = decisions(settings, records, config)
         if canonical_json(fresh) != (view.summary_dir / DECISIONS).read_text(encoding="utf-8"):
             findings.append(
                 f"summary/{DECISIONS} differs from the intervals and decisions recomputed"
@@ -221,11 +203,13 @@ def replay(view: RunView) -> list[str]:
     return findings
 
 
-KIND = StageKind(
-    name="rp002a.confirmatory",
-    validate=validate_plan,
+KIND = rp002a_kind(
+    "rp002a.confirmatory",
+    parse_confirmatory,
+    item_key=unitlib.unit_key,
     gate_check=gate_check,
     summarise=summarise,
     replay=replay,
+    render=renderer("prereg.report.rp002a:render_confirmatory"),
     doc=__doc__ or "",
 )

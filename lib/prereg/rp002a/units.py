@@ -15,6 +15,7 @@ number of replicates differ. A unit's outputs (one folder, one pytest item):
 
 Timepoints reduce to episode means, then to the equally weighted replicate mean; all
 models of a replicate are assessed on the same assessment episodes, so contrasts are paired.
+Every function reads the plan's shared block as :class:`prereg.rp002a.settings.SharedSettings`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Callable
 import numpy as np
 
 from prereg import provenance
-from prereg.arrays import load_npz, save_npz
+from prereg.arrays import save_npz
 from prereg.hashing import write_json
 from prereg.rp002a.datasets import (
     dataset_content_sha256,
@@ -37,8 +38,8 @@ from prereg.rp002a.datasets import (
 from prereg.rp002a.diagnostics import secondary_diagnostics
 from prereg.rp002a.frequency import fit_frequency_table, frequency_predictions
 from prereg.rp002a.ideal import InformationSet, ideal_predictions
-from prereg.rp002a.laws import law_registry
 from prereg.rp002a.losses import clipped_log_loss, paired_contrast
+from prereg.rp002a.settings import SharedSettings
 
 DATASETS = "datasets.npz"
 PROBABILITIES = "probabilities.npz"
@@ -58,59 +59,64 @@ class Unit:
         return f"{self.world}-r{self.replicate:03d}"
 
 
-def units(plan: dict, replicates: int) -> list[Unit]:
+def units(shared: SharedSettings, replicates: int) -> list[Unit]:
     """World-major order: every replicate of E0, then E1, then E2 (the plan's world order)."""
-    return [
-        Unit(world, r)
-        for world in plan["parameters"]["world_order"]
-        for r in range(1, replicates + 1)
-    ]
+    return [Unit(world, r) for world in shared.world_order for r in range(1, replicates + 1)]
 
 
-def world_contrasts(plan: dict, world: str) -> list[dict]:
-    return [c for c in plan["parameters"]["contrast_family"] if c["world"] == world]
+def unit_key(coords) -> str:
+    """The item key of a unit item: its recorded ``world`` and ``replicate``, nothing else."""
+    if set(coords) != {"world", "replicate"}:
+        raise ValueError(f"a unit item records world and replicate, not {sorted(coords)}")
+    world, replicate = coords["world"], coords["replicate"]
+    if not isinstance(world, str):
+        raise TypeError(f"world {world!r} is not a name")
+    if not isinstance(replicate, int) or isinstance(replicate, bool):
+        raise TypeError(f"replicate {replicate!r} is not an integer")
+    return Unit(world, replicate).unit_id
 
 
-def law_for(plan: dict, world: str):
-    return law_registry().law_from_spec(plan["parameters"]["worlds"][world])
+def law_for(shared: SharedSettings, world: str):
+    return shared.laws[world]
 
 
 def weights_file(model: str) -> str:
     return f"{model}.weights"
 
 
-def generate_datasets(plan: dict, unit: Unit, numpy_rng: Callable[..., np.random.Generator]):
-    data = plan["parameters"]["data"]
+def generate_datasets(
+    shared: SharedSettings, unit: Unit, numpy_rng: Callable[..., np.random.Generator]
+):
+    data = shared.data
     rngs = {split: numpy_rng(unit.world, unit.replicate, "data", split) for split in SPLITS}
     return generate_unit_datasets(
-        law_for(plan, unit.world),
-        n_timepoints=data["n_timepoints"],
-        train_episodes=data["train_episodes"],
-        validation_episodes=data["validation_episodes"],
-        assessment_episodes=data["assessment_episodes"],
+        law_for(shared, unit.world),
+        n_timepoints=data.n_timepoints,
+        train_episodes=data.train_episodes,
+        validation_episodes=data.validation_episodes,
+        assessment_episodes=data.assessment_episodes,
         train_rng=rngs["train"],
         validation_rng=rngs["validation"],
         assessment_rng=rngs["assessment"],
     )
 
 
-def learned_model(plan: dict, name: str):
+def learned_model(shared: SharedSettings, name: str):
     from prereg.rp002a.models import build_model
 
-    spec = plan["parameters"]["models"][name]
-    return build_model(spec["kind"], spec["sizes"], implementation=spec.get("implementation"))
+    spec = shared.models[name]
+    return build_model(spec.kind, dict(spec.sizes), implementation=spec.implementation)
 
 
 def assessment_analysis(
-    plan: dict, unit: Unit, datasets, probabilities: dict[str, np.ndarray]
+    shared: SharedSettings, unit: Unit, datasets, probabilities: dict[str, np.ndarray]
 ) -> dict:
     """Losses, replicate means, the world's contrasts and diagnostics, from probabilities.
 
     Pure given its inputs: the audit recomputes it from the saved probabilities.
     """
-    shared = plan["parameters"]
-    clip = shared["training"]["probability_clip"]
-    law = law_for(plan, unit.world)
+    clip = shared.probability_clip
+    law = law_for(shared, unit.world)
     assessment = datasets.assessment
     losses = {
         name: clipped_log_loss(p, assessment.targets, clip) for name, p in probabilities.items()
@@ -118,16 +124,13 @@ def assessment_analysis(
     episode_means = {name: loss.mean(axis=1) for name, loss in losses.items()}
     replicate = {name: float(means.mean()) for name, means in episode_means.items()}
     contrasts = {
-        c["id"]: float(
-            paired_contrast(episode_means[c["minuend"]], episode_means[c["subtrahend"]]).mean
-        )
-        for c in world_contrasts(plan, unit.world)
+        c.id: float(paired_contrast(episode_means[c.minuend], episode_means[c.subtrahend]).mean)
+        for c in shared.world_contrasts(unit.world)
     }
     diagnostics = {}
     for name, p in probabilities.items():
-        model = shared["models"][name]
-        info = model["information_set"]
-        window = shared["models"]["B1"]["sizes"]["window"] if info == "window" else None
+        info = shared.models[name].information_set
+        window = shared.models["B1"].sizes["window"] if info == "window" else None
         ideal = ideal_predictions(law, assessment.observations, InformationSet(info), window=window)
         diagnostics[name] = secondary_diagnostics(
             p,
@@ -137,7 +140,7 @@ def assessment_analysis(
             information_set=info,
             clip=clip,
             erasure_symbol=law.erasure_symbol,
-            n_confidence_bins=shared["diagnostics"]["confidence_bins"],
+            n_confidence_bins=shared.confidence_bins,
         ).to_record()
     return {
         "losses": losses,
@@ -148,7 +151,7 @@ def assessment_analysis(
 
 
 def run_unit(
-    plan: dict,
+    shared: SharedSettings,
     unit: Unit,
     *,
     outputs: Path,
@@ -160,10 +163,9 @@ def run_unit(
     """Generate, fit B0, train B1 and B2, assess after selection, save everything."""
     from prereg.rp002a.training import TrainConfig, predict_probabilities, save_weights, train
 
-    shared = plan["parameters"]
-    datasets = generate_datasets(plan, unit, numpy_rng)
+    datasets = generate_datasets(shared, unit, numpy_rng)
     save_unit_datasets(datasets, outputs / DATASETS)
-    law = law_for(plan, unit.world)
+    law = law_for(shared, unit.world)
     train_split, validation = datasets.train, datasets.validation
 
     table = fit_frequency_table(
@@ -174,10 +176,10 @@ def run_unit(
     )
     probabilities = {"B0": frequency_predictions(table, datasets.assessment.observations)}
     fits, timing = {}, {}
-    config = TrainConfig.from_mapping(shared["training"])
+    config: TrainConfig = shared.training
     monotonic_deadline = None if deadline is None else time.monotonic() + (deadline - time.time())
-    for name in shared["learned_models"]:
-        model = learned_model(plan, name)
+    for name in shared.learned_models:
+        model = learned_model(shared, name)
         started = time.perf_counter()
         with provenance.PeakScope() as peak:
             result = train(
@@ -221,12 +223,12 @@ def run_unit(
             "epoch_seconds": [round(e.seconds, 4) for e in result.trace],
             "peak_rss_bytes": peak.bytes,
             "peak_rss_scope": peak.scope,
-            "implementation": implementation_record(plan, name),
+            "implementation": implementation_record(shared, name),
         }
     save_npz(outputs / PROBABILITIES, probabilities)
-    analysis = assessment_analysis(plan, unit, datasets, probabilities)
+    analysis = assessment_analysis(shared, unit, datasets, probabilities)
     save_npz(outputs / LOSSES, analysis["losses"])
-    record = unit_record(plan, unit, datasets, table.to_record(), fits, analysis)
+    record = unit_record(shared, unit, datasets, table.to_record(), fits, analysis)
     write_json(outputs / UNIT, record)
     write_json(
         outputs / TIMING, {"non_reproducible": "wall time and peak memory per fit", "fits": timing}
@@ -234,9 +236,9 @@ def run_unit(
     return record
 
 
-def implementation_record(plan: dict, model: str) -> dict | None:
+def implementation_record(shared: SharedSettings, model: str) -> dict | None:
     """Which build of the named implementation ran (machine-specific, so kept with timing)."""
-    implementation = plan["parameters"]["models"][model].get("implementation")
+    implementation = shared.models[model].implementation
     if implementation != "compiled":
         return None if implementation is None else {"name": implementation}
     from prereg.rp002a.gru_kernel import load_kernel
@@ -244,21 +246,18 @@ def implementation_record(plan: dict, model: str) -> dict | None:
     return {"name": implementation, **load_kernel().to_dict()}
 
 
-def unit_record(plan: dict, unit: Unit, datasets, table: dict, fits: dict, analysis: dict) -> dict:
-    shared = plan["parameters"]
+def unit_record(
+    shared: SharedSettings, unit: Unit, datasets, table: dict, fits: dict, analysis: dict
+) -> dict:
     return {
         "world": unit.world,
         "replicate": unit.replicate,
         "unit_id": unit.unit_id,
         "dataset_content_sha256": dataset_content_sha256(datasets),
-        "models": {name: shared["models"][name] for name in ["B0", *shared["learned_models"]]},
+        "models": {name: shared.models[name].record() for name in ["B0", *shared.learned_models]},
         "B0_table": table,
         "fits": fits,
         "replicate_loss": analysis["replicate_loss"],
         "contrasts": analysis["contrasts"],
         "diagnostics": analysis["diagnostics"],
     }
-
-
-def load_probabilities(folder: Path) -> dict[str, np.ndarray]:
-    return load_npz(folder / PROBABILITIES)

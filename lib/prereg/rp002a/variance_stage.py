@@ -20,10 +20,15 @@ from prereg.hashing import canonical_json, read_json, write_json
 from prereg.rp002a import units as unitlib
 from prereg.rp002a.datasets import dataset_bytes
 from prereg.rp002a.diagnostics import SecondaryDiagnostics, equal_replicate_mean
-from prereg.rp002a.plan_schema import validate_shared
-from prereg.schema import Range, validate
+from prereg.rp002a.settings import (
+    SharedSettings,
+    VariancePlan,
+    parse_variance,
+    renderer,
+    rp002a_kind,
+)
 from prereg.seeds import derivation, numpy_generator
-from prereg.stages import RunView, StageKind
+from prereg.stages import RunView
 
 SUMMARY = "variance_summary.json"
 SUMMARY_TEXT = "SUMMARY.md"
@@ -34,44 +39,32 @@ NO_TUNING = (
 )
 
 
-def validate_plan(plan, stage: str) -> None:
-    validate_shared(plan)
-    validate(
-        plan.stage(stage)["parameters"],
-        {"replicates": Range(int, min=2), "note": str},  # SDs need two replicates
-        source=str(plan.path),
-        path=f"stages.{stage}.parameters",
-    )
-
-
 def stage_units(plan: dict, stage: str = STAGE) -> list[unitlib.Unit]:
-    return unitlib.units(plan, plan["stages"][stage]["parameters"]["replicates"])
+    settings = parse_variance(plan, stage)
+    return unitlib.units(settings.shared, settings.replicates)
 
 
-def unit_records(view: RunView) -> list[dict]:
+def unit_records(view: RunView, shared: SharedSettings) -> list[dict]:
+    """Every unit item's record, in the plan's world order then replicate order."""
     records = [view.load_item_json(item, unitlib.UNIT) for item in view.items]
-    order = plan_order(view.plan.data)
+    order = list(shared.world_order)
     return sorted(records, key=lambda r: (order.index(r["world"]), r["replicate"]))
 
 
-def plan_order(plan: dict) -> list[str]:
-    return plan["parameters"]["world_order"]
-
-
-def contrast_table(plan: dict, records: list[dict]) -> list[dict]:
+def contrast_table(shared: SharedSettings, records: list[dict]) -> list[dict]:
     """Per contrast of the family (protocol order): per-replicate values and their SD."""
     rows = []
-    for contrast in plan["parameters"]["contrast_family"]:
+    for contrast in shared.contrast_family:
         values = [
-            {"replicate": r["replicate"], "value": r["contrasts"][contrast["id"]]}
+            {"replicate": r["replicate"], "value": r["contrasts"][contrast.id]}
             for r in records
-            if r["world"] == contrast["world"]
+            if r["world"] == contrast.world
         ]
         numbers = [v["value"] for v in values]
         rows.append(
             {
-                "contrast": contrast["id"],
-                "kind": contrast["kind"],
+                "contrast": contrast.id,
+                "kind": contrast.kind,
                 "n": len(numbers),
                 "per_replicate": values,
                 "sd": statistics.stdev(numbers) if len(numbers) > 1 else None,
@@ -80,9 +73,9 @@ def contrast_table(plan: dict, records: list[dict]) -> list[dict]:
     return rows
 
 
-def diagnostics_table(plan: dict, records: list[dict]) -> dict:
+def diagnostics_table(shared: SharedSettings, records: list[dict]) -> dict:
     table = {}
-    for world in plan_order(plan):
+    for world in shared.world_order:
         rows = [r for r in records if r["world"] == world]
         table[world] = (
             {
@@ -112,16 +105,17 @@ def flags_table(records: list[dict]) -> list[dict]:
     ]
 
 
-def build_summary(plan: dict, records: list[dict], stage: str) -> dict:
+def build_summary(settings: VariancePlan, records: list[dict], stage: str) -> dict:
+    shared = settings.shared
     return {
         "stage": stage,
-        "plan_id": plan["plan_id"],
+        "plan_id": settings.plan_id,
         "note": NO_TUNING,
         "units": [r["unit_id"] for r in records],
-        "contrasts": contrast_table(plan, records),
+        "contrasts": contrast_table(shared, records),
         "training_flags": flags_table(records),
-        "flag_definitions": plan["parameters"]["training_notes"]["flags"],
-        "diagnostics_equal_replicate": diagnostics_table(plan, records),
+        "flag_definitions": shared.flag_definitions,
+        "diagnostics_equal_replicate": diagnostics_table(shared, records),
         "diagnostics_note": "Descriptive secondary outputs; equal-replicate means (each replicate "
         "weighted equally), never pooled over episodes; no confirmatory decisions.",
     }
@@ -153,7 +147,8 @@ def summary_text(summary: dict) -> str:
 
 
 def summarise(view: RunView) -> None:
-    summary = build_summary(view.plan.data, unit_records(view), view.stage)
+    settings = view.settings
+    summary = build_summary(settings, unit_records(view, settings.shared), view.stage)
     write_json(view.summary_dir / SUMMARY, summary)
     (view.summary_dir / SUMMARY_TEXT).write_text(summary_text(summary), encoding="utf-8")
 
@@ -165,23 +160,25 @@ def load_summary(run_dir: Path) -> dict:
 # -- replay ---------------------------------------------------------------------------------
 
 
-def replay_unit(plan: dict, unit: unitlib.Unit, folder: Path, namespace: str) -> list[str]:
+def replay_unit(
+    shared: SharedSettings, unit: unitlib.Unit, folder: Path, namespace: str
+) -> list[str]:
     """Regenerate data, refit B0, reload weights and predict, recompute the analysis: no training."""
     from prereg.rp002a.training import load_weights, predict_probabilities
 
     findings = []
-    datasets = unitlib.generate_datasets(plan, unit, lambda *c: numpy_generator(namespace, *c))
+    datasets = unitlib.generate_datasets(shared, unit, lambda *c: numpy_generator(namespace, *c))
     if dataset_bytes(datasets) != (folder / unitlib.DATASETS).read_bytes():
         findings.append("datasets.npz differs from the data regenerated from the seeds")
     saved = load_npz(folder / unitlib.PROBABILITIES)
-    for name in plan["parameters"]["learned_models"]:
-        model = unitlib.learned_model(plan, name)
+    for name in shared.learned_models:
+        model = unitlib.learned_model(shared, name)
         model.load_state_dict(load_weights(folder / unitlib.weights_file(name)))
         again = predict_probabilities(model, datasets.assessment.observations)
         if again.dtype != saved[name].dtype or not np.array_equal(again, saved[name]):
             findings.append(f"{name}: the saved weights do not reproduce the saved probabilities")
     record = read_json(folder / unitlib.UNIT, what="unit record")
-    law = unitlib.law_for(plan, unit.world)
+    law = unitlib.law_for(shared, unit.world)
     from prereg.rp002a.frequency import fit_frequency_table, frequency_predictions
 
     table = fit_frequency_table(
@@ -196,7 +193,7 @@ def replay_unit(plan: dict, unit: unitlib.Unit, folder: Path, namespace: str) ->
         findings.append(
             "B0: the refitted frequency table does not reproduce the saved probabilities"
         )
-    analysis = unitlib.assessment_analysis(plan, unit, datasets, saved)
+    analysis = unitlib.assessment_analysis(shared, unit, datasets, saved)
     losses = load_npz(folder / unitlib.LOSSES)
     if set(losses) != set(analysis["losses"]) or any(
         not np.array_equal(losses[k], analysis["losses"][k]) for k in losses
@@ -204,23 +201,17 @@ def replay_unit(plan: dict, unit: unitlib.Unit, folder: Path, namespace: str) ->
         findings.append(
             "losses.npz differs from the losses recomputed from the saved probabilities"
         )
-    fresh = unitlib.unit_record(plan, unit, datasets, table.to_record(), record["fits"], analysis)
+    fresh = unitlib.unit_record(shared, unit, datasets, table.to_record(), record["fits"], analysis)
     if canonical_json(fresh) != canonical_json(record):
         findings.append("unit.json differs from the record recomputed from the saved probabilities")
     return findings
 
 
-def replay_units(view: RunView, expected: list[unitlib.Unit], test_name: str) -> list[str]:
-    plan = view.plan.data
+def replay_units(view: RunView, shared: SharedSettings, expected: list[unitlib.Unit]) -> list[str]:
+    """Replay every unit item, paired with the plan's units by its recorded world and replicate."""
     namespace = view.plan.stage(view.stage)["seed_namespace"]
-    by_name = {f"{test_name}[{u.unit_id}]": u for u in expected}
-    findings, seen = [], set()
-    for item in view.items:
-        unit = by_name.get(item["output_dir"])
-        if unit is None:
-            findings.append(f"item {item['nodeid']} is not a unit of the plan")
-            continue
-        seen.add(item["output_dir"])
+    pairs, findings = view.match({u.unit_id: u for u in expected})
+    for _, item, unit in pairs:
         wanted = {
             derivation(namespace, unit.world, unit.replicate, "data", s) for s in unitlib.SPLITS
         }
@@ -228,16 +219,18 @@ def replay_units(view: RunView, expected: list[unitlib.Unit], test_name: str) ->
             findings.append(f"{unit.unit_id}: recorded seeds are not the plan's derivations")
             continue
         findings += [
-            f"{unit.unit_id}: {f}" for f in replay_unit(plan, unit, view.item_dir(item), namespace)
+            f"{unit.unit_id}: {f}"
+            for f in replay_unit(shared, unit, view.item_dir(item), namespace)
         ]
-    findings += [f"unit {name} has no item in the manifest" for name in sorted(set(by_name) - seen)]
     return findings
 
 
 def replay(view: RunView) -> list[str]:
-    findings = replay_units(view, stage_units(view.plan.data, view.stage), "test_unit")
+    settings = view.settings
+    expected = unitlib.units(settings.shared, settings.replicates)
+    findings = replay_units(view, settings.shared, expected)
     if not findings:
-        fresh = build_summary(view.plan.data, unit_records(view), view.stage)
+        fresh = build_summary(settings, unit_records(view, settings.shared), view.stage)
         if canonical_json(fresh) != (view.summary_dir / SUMMARY).read_text(encoding="utf-8"):
             findings.append(f"summary/{SUMMARY} differs from the summary recomputed from the units")
     return findings
@@ -247,7 +240,7 @@ def run_unit_item(research, unit: unitlib.Unit) -> dict:
     """The body of one unit item (target-variance and confirmatory)."""
     research.coords(world=unit.world, replicate=unit.replicate)
     return unitlib.run_unit(
-        research.plan,
+        research.settings.shared,
         unit,
         outputs=research.outputs,
         numpy_rng=research.numpy_generator,
@@ -257,10 +250,12 @@ def run_unit_item(research, unit: unitlib.Unit) -> dict:
     )
 
 
-KIND = StageKind(
-    name="rp002a.target-variance",
-    validate=validate_plan,
+KIND = rp002a_kind(
+    "rp002a.target-variance",
+    parse_variance,
+    item_key=unitlib.unit_key,
     summarise=summarise,
     replay=replay,
+    render=renderer("prereg.report.rp002a:render_target_variance"),
     doc=__doc__ or "",
 )
