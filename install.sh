@@ -7,6 +7,8 @@
 #                                                platform offers them (constraints/pinned.txt)
 #   ... --venv DIR                               another venv folder than .venv
 #
+# Both also install every package under examples/ (pip install --no-deps, not editable).
+#
 # torch==2.13.0 goes in first, explicitly: on these machines that pin takes the local CPU
 # wheel, while any looser torch requirement would download a multi-GB CUDA build. With
 # --pinned, torch (the plan's pin) is installed only from a source that serves a CPU build;
@@ -21,7 +23,7 @@ while [ $# -gt 0 ]; do
     --pinned) pinned=1 ;;
     --venv) venv=${2:?install.sh: --venv needs a folder}; shift ;;
     --venv=*) venv=${1#--venv=} ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $1 (use --pinned, --venv DIR)" >&2; exit 2 ;;
   esac
   shift
@@ -41,6 +43,21 @@ else
   "$python" -m venv "$venv"
 fi
 py="$venv/bin/python"
+# Every worked example under examples/ (each its own package: a stage kind, a law family)
+# installed normally, not editable: prereg takes an extension only from a distribution whose
+# RECORD lists and hashes its module. Built from a copy, so no build/ or *.egg-info is left
+# in the checkout (ignored Python files there would be refused by the execution gate).
+install_examples() {
+  "$py" -c 'import setuptools' 2>/dev/null || "$py" -m pip install --quiet setuptools
+  local dir tmp
+  for dir in examples/*/; do
+    [ -f "$dir/pyproject.toml" ] || continue
+    tmp=$(mktemp -d)
+    cp -R "$dir" "$tmp/package"
+    "$py" -m pip install --quiet --no-deps --no-build-isolation --force-reinstall "$tmp/package"
+    rm -rf "$tmp"
+  done
+}
 as_root_with_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; }
 if ! command -v git >/dev/null; then
   if as_root_with_apt; then apt-get update -qq && apt-get install -y -qq git >/dev/null; else
@@ -60,6 +77,7 @@ if [ "$pinned" = 0 ]; then
   "$py" -m pip install --quiet -c constraints/main.txt -e '.[training,e04,dev]'
   "$py" -c "import prereg, torch, faiss, bm25s, tree_sitter_go, lmstudio; print('prereg installed in $venv (torch', torch.__version__ + ')')"
   "$py" -m prereg.rp002a.gru_kernel --build  # compiles the "compiled" GRU kernel (C++, needs CXX or c++)
+  install_examples
   exit 0
 fi
 
@@ -106,6 +124,7 @@ EOF
 if "$py" -c 'import torch' 2>/dev/null; then
   "$py" -m prereg.rp002a.gru_kernel --build
 fi
+install_examples
 echo "prereg installed in $venv with the protocol's pins where this platform offers them:"
 echo "  met: numpy $pin_numpy, scipy $pin_scipy$( [ "$here_python" = "$pin_python" ] && echo ", Python $pin_python")"
 if [ ${#unmet[@]} -gt 0 ]; then

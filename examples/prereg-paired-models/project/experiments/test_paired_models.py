@@ -1,0 +1,20 @@
+"""Stage paired-models: one item per dataset replicate (the plan's grid). Thin: the settings
+come from the approved plan, the work from the installed prereg-paired-models package."""
+
+import pytest
+
+from prereg.plugin import stage_plan
+from prereg_paired_models import kind as paired
+
+STAGE = "paired-models"
+pytestmark = pytest.mark.research_stage(STAGE)
+
+
+def pytest_generate_tests(metafunc):
+    if "replicate" in metafunc.fixturenames:
+        settings = paired.KIND.settings(stage_plan(metafunc.config).data, STAGE)
+        metafunc.parametrize("replicate", paired.replicates(settings), ids=paired.replicate_id)
+
+
+def test_replicate(replicate, research):
+    paired.run_item(research, replicate)
