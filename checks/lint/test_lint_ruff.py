@@ -13,7 +13,7 @@ import pytest
 pytestmark = pytest.mark.software
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("lib", "checks", "experiments", "benchmarks")
+FOLDERS = ("lib", "checks", "experiments", "benchmarks", "examples")
 
 
 def _ruff() -> str:
