@@ -1,24 +1,18 @@
 """Fixtures for the LM Studio double checks: a double on a free loopback port and a real
-``lmstudio.Client`` connected to it, both stopped after the test. Puts this folder on
-sys.path so the checks can import lmstudio_double_support."""
+``lmstudio.Client`` connected to it, both stopped after the test. The constants and helpers
+the checks share are in :mod:`prereg.e04.testing`."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
-
-from lmstudio_double_support import DIMENSION
-
 from prereg.e04.embeddings import lmstudio_client
 from prereg.e04.lmstudio_double import LMStudioDouble
+from prereg.e04.testing import DIMENSION
 
 
 @pytest.fixture

@@ -12,7 +12,12 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
-from lmstudio_double_support import (
+
+from prereg.e04.backends import build_backend
+from prereg.e04.cache import VectorCache, embed_with_cache_report, text_sha256
+from prereg.e04.embeddings import EmbeddingOutputError, LMStudioResidencyError
+from prereg.e04.lmstudio_double import LMStudioDouble, double_embedding
+from prereg.e04.testing import (
     CONTEXT_LENGTH,
     DIMENSION,
     KEY,
@@ -21,11 +26,6 @@ from lmstudio_double_support import (
     OTHER_KEY,
     pinned_backend,
 )
-
-from prereg.e04.backends import build_backend
-from prereg.e04.cache import VectorCache, embed_with_cache_report, text_sha256
-from prereg.e04.embeddings import EmbeddingOutputError, LMStudioResidencyError
-from prereg.e04.lmstudio_double import LMStudioDouble, double_embedding
 
 TEXTS = ["func Run() error", "type Runner struct{}", "func (r *Runner) Stop()", "func Run() error"]
 #: The only endpoints a residency-guarded embedding client may call.

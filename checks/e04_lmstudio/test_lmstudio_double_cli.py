@@ -15,7 +15,11 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from lmstudio_double_support import (
+
+from prereg.e04.backends import build_backend
+from prereg.e04.embeddings import LMStudioResidencyError, lmstudio_client
+from prereg.e04.lmstudio_double import RESIDENCY_ENDPOINTS, double_embedding
+from prereg.e04.testing import (
     CONTEXT_LENGTH,
     DIMENSION,
     KEY,
@@ -23,10 +27,6 @@ from lmstudio_double_support import (
     STOP_SECONDS,
     stop_double,
 )
-
-from prereg.e04.backends import build_backend
-from prereg.e04.embeddings import LMStudioResidencyError, lmstudio_client
-from prereg.e04.lmstudio_double import RESIDENCY_ENDPOINTS, double_embedding
 
 MODULE = "prereg.e04.lmstudio_double"
 READY_SECONDS = 60

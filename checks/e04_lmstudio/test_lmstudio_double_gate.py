@@ -12,10 +12,9 @@ pytestmark = pytest.mark.software
 import json
 from pathlib import Path
 
-from lmstudio_double_support import KEY, LLM_KEY, OTHER_KEY
-
 from prereg.e04.lmstudio_double import LMStudioDouble
 from prereg.e04.stage import gate_check
+from prereg.e04.testing import KEY, LLM_KEY, OTHER_KEY
 from prereg.plans import Plan
 
 PROJECT = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ import json
 import httpx
 import lmstudio
 from httpx_ws import WebSocketUpgradeError, connect_ws
-from lmstudio_double_support import CONTEXT_LENGTH, DIMENSION, KEY, LLM_KEY, OTHER_KEY
 
 from prereg.e04.lmstudio_double import DoubleError, LMStudioDouble, double_embedding
+from prereg.e04.testing import CONTEXT_LENGTH, DIMENSION, KEY, LLM_KEY, OTHER_KEY
 
 WAIT_SECONDS = 30
 

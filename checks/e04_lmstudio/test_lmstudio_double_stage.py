@@ -13,10 +13,9 @@ import json
 import subprocess
 import sys
 
-from lmstudio_double_support import KEY, stop_double
-
 from prereg.e04.lmstudio_double import RESIDENCY_ENDPOINTS
 from prereg.e04.scratch import check_plan, make_fixture, make_project
+from prereg.e04.testing import KEY, stop_double
 
 RUN_ID = "e04-20260101-001"
 READY_SECONDS = 60

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from e04_retrieval_standins import HashingBackend
 
 from prereg.e04.cache import (
     VectorCache,
@@ -20,6 +19,7 @@ from prereg.e04.cache import (
     embed_with_cache_report,
     text_sha256,
 )
+from prereg.e04.testing import HashingBackend
 
 
 def open_cache(path: Path, atol: float = 0.0) -> VectorCache:
@@ -136,12 +136,10 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
 def test_two_processes_write_overlapping_keys_at_once(tmp_path: Path) -> None:
     path = tmp_path / "shared.sqlite"
     start = tmp_path / "go"
-    here = Path(__file__).resolve().parent
     worker = textwrap.dedent(
         f"""
         import sys, time, pathlib
-        sys.path.insert(0, {str(here)!r})
-        from e04_retrieval_standins import HashingBackend
+        from prereg.e04.testing import HashingBackend
         from prereg.e04.cache import VectorCache, embed_with_cache
         offset = int(sys.argv[1])
         texts = [f"func F{{i}}() int {{{{ return {{i}} }}}}" for i in range(offset, offset + 300)]

@@ -5,7 +5,6 @@ pytestmark = pytest.mark.software
 import copy
 from pathlib import Path
 
-from e04_retrieval_standins import HashingBackend
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,6 +19,7 @@ from prereg.e04.harness import (
     query_for,
     reciprocal_rank_fusion,
 )
+from prereg.e04.testing import HashingBackend
 from prereg.e04.tokenize import TOKENIZER_VERSION
 from prereg.e04.types import GoFunction, Task
 

@@ -9,7 +9,6 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
-from e04_retrieval_standins import FakeLMStudio
 
 from prereg.e04.embeddings import (
     EmbeddingBackend,
@@ -20,6 +19,7 @@ from prereg.e04.embeddings import (
     identity_sha256,
     lmstudio_client,
 )
+from prereg.e04.testing import FakeLMStudio
 
 KEY = "text-embedding-nomic-embed-text-v1.5"
 SHA = "ab" * 32
@@ -153,12 +153,10 @@ def test_no_server_is_a_clear_error() -> None:
 
 
 def test_the_lmstudio_path_never_imports_torch(tmp_path: Path) -> None:
-    here = Path(__file__).resolve().parent
     script = textwrap.dedent(
         f"""
         import sys
-        sys.path.insert(0, {str(here)!r})
-        from e04_retrieval_standins import FakeLMStudio
+        from prereg.e04.testing import FakeLMStudio
         from prereg.e04.cache import VectorCache
         from prereg.e04.embeddings import LMStudioBackend
         from prereg.e04.harness import default_registry

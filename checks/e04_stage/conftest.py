@@ -1,18 +1,12 @@
-"""Puts this folder on sys.path (for e04_stage_project) and provides the E04 project fixtures."""
+"""The E04 project fixtures (the scratch project itself is :mod:`prereg.e04.scratch`)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
-
-from e04_stage_project import E04Project, check_plan, make_fixture, make_project
-
+from prereg.e04.scratch import E04Project, check_plan, make_fixture, make_project
 from prereg.e04.synthetic import SyntheticFixture
 
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from e04_stage_project import check_plan
 
+from prereg.e04.scratch import check_plan
 from prereg.e04.stage import gate_check
 from prereg.plans import Plan
 

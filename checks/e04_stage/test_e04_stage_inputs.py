@@ -5,9 +5,8 @@ pytestmark = pytest.mark.software
 import json
 from pathlib import Path
 
-from e04_stage_project import CODE_REVISION, check_plan
-
 from prereg.approval import ApprovalError
+from prereg.e04.scratch import CODE_REVISION, check_plan
 from prereg.e04.stage import check_inputs
 from prereg.plans import Plan
 

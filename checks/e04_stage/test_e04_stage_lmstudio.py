@@ -12,9 +12,8 @@ PROJECT = HERE.parents[1]
 
 CELL_WITH_LMSTUDIO = """
 import sys
-sys.path[:0] = [{standins!r}, {here!r}]
-from e04_retrieval_standins import FakeLMStudio
-from e04_stage_project import check_plan, make_fixture
+from prereg.e04.testing import FakeLMStudio
+from prereg.e04.scratch import check_plan, make_fixture
 from pathlib import Path
 from prereg.e04 import stage as e04
 from prereg.e04.backends import build_backend
@@ -67,9 +66,7 @@ def _python(code: str) -> str:
 
 
 def test_an_e04_cell_on_the_lmstudio_backend_never_imports_torch(tmp_path):
-    code = CELL_WITH_LMSTUDIO.format(
-        standins=str(HERE.parent / "e04_retrieval"), here=str(HERE), tmp=str(tmp_path)
-    )
+    code = CELL_WITH_LMSTUDIO.format(tmp=str(tmp_path))
     torch_loaded, calls = _python(textwrap.dedent(code))
     assert torch_loaded == "False" and int(calls) > 0
 

@@ -1,23 +1,31 @@
-"""Stand-ins shared by the E04 retrieval checks (not a test module).
+"""Stand-ins for testing code that uses E04 harnesses and embedding backends without a model
+or a running LM Studio (importable without pytest; the E04 checks use them).
 
-``HashingBackend`` is a deterministic, torch-free embedding backend: a bag of
-hashed tokens. ``FakeLMStudio`` behaves like ``lmstudio.Client`` for the calls the
-LM Studio backend makes: its sessions return real SDK handles
-(``lmstudio.EmbeddingModel`` / ``lmstudio.LLM``) whose ``get_info`` and ``embed``
-come back through the session methods the SDK uses (``get_model_info``,
-``_embed``), with real ``EmbeddingModelInstanceInfo`` / ``LlmInstanceInfo``
-records. Methods that could load a model raise.
+``HashingBackend`` is a deterministic, torch-free embedding backend: a bag of hashed tokens
+(it records its calls). ``FakeLMStudio`` behaves like ``lmstudio.Client`` for the calls the
+LM Studio backend makes: its sessions return real SDK handles (``lmstudio.EmbeddingModel`` /
+``lmstudio.LLM``) whose ``get_info`` and ``embed`` come back through the session methods the
+SDK uses (``get_model_info``, ``_embed``), with real ``EmbeddingModelInstanceInfo`` /
+``LlmInstanceInfo`` records. Methods that could load a model raise :class:`LoadingForbidden`.
+
+For the LM Studio double (:mod:`prereg.e04.lmstudio_double`, a real server speaking the
+SDK's protocol): the model keys and sizes the double checks load (:data:`KEY` ...),
+:func:`pinned_backend` (the project's backend with the pins a plan for :data:`KEY` on a
+double would hold) and :func:`stop_double` (stop a double started from its command line).
 """
 
 from __future__ import annotations
 
 import hashlib
+import signal
+import subprocess
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from prereg.e04.embeddings import l2_normalised
+from prereg.e04.embeddings import LMStudioBackend, l2_normalised
+from prereg.e04.lmstudio_double import LMStudioDouble, default_weights_bytes
 from prereg.e04.tokenize import tokenize
 
 
@@ -127,3 +135,42 @@ class FakeLMStudio:
 
     def list_loaded_models(self, namespace: str | None = None) -> list[Any]:
         return [*self.llm.list_loaded(), *self.embedding.list_loaded()]
+
+
+# -- the LM Studio double ------------------------------------------------------------------
+
+KEY = "text-embedding-nomic-embed-text-v1.5"
+OTHER_KEY = "text-embedding-bge-small-en-v1.5"
+LLM_KEY = "qwen/qwen3-8b"
+DIMENSION = 24
+CONTEXT_LENGTH = 512
+#: How long a stopped double (SIGTERM, then SIGKILL) may take to exit.
+STOP_SECONDS = 30
+#: What the double writes as KEY's weights file: the plan's pin in these checks.
+KEY_SHA256 = hashlib.sha256(default_weights_bytes(KEY)).hexdigest()
+
+
+def pinned_backend(client: Any, double: LMStudioDouble, **overrides: Any) -> LMStudioBackend:
+    """The project's backend with the pins a plan for KEY on this double would hold."""
+    arguments: dict[str, Any] = {
+        "weights_sha256": KEY_SHA256,
+        "max_sequence_length": CONTEXT_LENGTH,
+        "dimension": DIMENSION,
+        "chunker_version": "go-function-text-1",
+        "models_dir": double.models_dir,
+    }
+    arguments.update(overrides)
+    return LMStudioBackend(client, KEY, **arguments)
+
+
+def stop_double(process: subprocess.Popen) -> None:
+    """Stop a double started from its CLI: SIGTERM, SIGKILL if it lingers; close its pipes."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=STOP_SECONDS)
+    process.stdout.close()
+    process.stderr.close()
