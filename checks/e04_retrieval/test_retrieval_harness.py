@@ -2,12 +2,17 @@ import pytest
 
 pytestmark = pytest.mark.software
 
+import base64
 import copy
+import hashlib
+import sys
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from prereg import execution, registry
+from prereg.e04 import harness
 from prereg.e04.cache import VectorCache
 from prereg.e04.harness import (
     FusedIndex,
@@ -132,6 +137,74 @@ def test_a_user_kind_can_be_registered() -> None:
     with pytest.raises(HarnessSpecError, match="already registered"):
         registry.register("bm25", lambda *a: None, lambda *a: None)
     assert spec.kind == "bm25"
+
+
+def _fake_distribution(site: Path, name: str, files: dict[str, str], extra: dict[str, str]):
+    """A distribution installed in ``site``: its files and a RECORD with their hashes (as in
+    checks/integrity/test_integrity_execution.py)."""
+    meta = site / f"{name}-1.0.dist-info"
+    meta.mkdir(parents=True)
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    rows = []
+    for rel, text in files.items():
+        (site / rel).write_text(text)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        rows.append(f"{rel},sha256={digest.decode()},{len(text)}")
+    for rel, text in extra.items():
+        (meta / rel).write_text(text)
+    rows.append(f"{meta.name}/RECORD,,")
+    (meta / "RECORD").write_text("\n".join(rows) + "\n")
+
+
+TOY_HARNESS = """
+import dataclasses
+from prereg.e04.harness import HarnessKind, LexicalIndex, lexical_spec_from_plan
+
+def parse(harness_id, entry):
+    spec = lexical_spec_from_plan(harness_id, {**entry, "kind": "bm25"})
+    return dataclasses.replace(spec, kind="toy-bm25")
+
+def build(spec, files, functions, backend, cache):
+    return LexicalIndex(spec, files, functions)
+
+TOY = HarnessKind("toy-bm25", parse, build)
+"""
+
+
+def test_an_installed_packages_harness_kind_reaches_the_default_registry(tmp_path, monkeypatch):
+    site = tmp_path / "site-packages"
+    points = "[prereg.harness_kinds]\ntoy-bm25 = toyharness_mod:TOY\nbm25 = toyharness_mod:TOY\n"
+    _fake_distribution(
+        site, "toyharness", {"toyharness_mod.py": TOY_HARNESS}, {"entry_points.txt": points}
+    )
+    monkeypatch.setattr(execution, "site_dirs", lambda: [str(site)])
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(harness, "_installed", {})
+    monkeypatch.setattr(registry, "_origins", {})
+    entry = {**H000, "kind": "toy-bm25"}
+    (site / "toyharness_mod.py").write_text(TOY_HARNESS + "# edited after install\n")
+    with pytest.raises(HarnessSpecError) as refused:
+        default_registry().spec_from_plan("H900", entry)
+    message = str(refused.value)
+    assert "harness 'H900': field kind='toy-bm25'" in message
+    assert "differs from the RECORD of toyharness 1.0; reinstall it" in message
+    assert "'prereg.harness_kinds'" in message and "('bm25', 'bm25+dense-rrf')" in message
+    (site / "toyharness_mod.py").write_text(TOY_HARNESS)
+    try:
+        spec = default_registry().spec_from_plan("H900", entry)
+        toy = default_registry().build(spec, FILES, FUNCTIONS, None, None).search("start the job")
+    finally:
+        sys.modules.pop("toyharness_mod", None)
+    reference = build(default_registry().spec_from_plan("H000", H000), FILES, FUNCTIONS, None, None)
+    expected = reference.search("start the job")
+    assert spec.kind == "toy-bm25" and (toy.files, toy.functions) == (
+        expected.files,
+        expected.functions,
+    )
+    assert registry.origin(registry.HARNESS_KINDS, "toy-bm25")["distribution"] == "toyharness 1.0"
+    # the built-in name in the same metadata is never read from it
+    assert default_registry().kind("bm25") is harness.BUILT_IN_HARNESS_KINDS[0]
+    assert registry.origin(registry.HARNESS_KINDS, "bm25") is None
 
 
 # --- built harnesses --------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Frozen retrieval harnesses (H000, H008, H010) built from plan entries, and a registry.
+"""Frozen retrieval harnesses (H000, H008, H010) built from plan entries, and their kinds.
 
 Plan entry of a harness (every field required, no others)::
 
@@ -29,6 +29,12 @@ Rankings (identical for identical corpus, query and cache contents):
 
 Chunk text rule ``go-function-text-1``: a chunk is one :class:`GoFunction`, its
 text is ``GoFunction.text`` verbatim.
+
+Harness kinds: a plan entry's ``kind`` names a :class:`HarnessKind` (how to parse the
+entry, how to build the index). ``bm25`` and ``bm25+dense-rrf`` are built in
+(:data:`BUILT_IN_HARNESS_KINDS`, never taken from package metadata); any other kind comes
+from a recorded installed distribution under the entry-point group
+``prereg.harness_kinds`` (:mod:`prereg.registry`), found by :func:`default_registry`.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from prereg import registry
 from prereg.e04.cache import VectorCache, embed_with_cache_report
 from prereg.e04.dense import DenseFileIndex
 from prereg.e04.embeddings import EmbeddingBackend
@@ -429,40 +436,125 @@ class FusedIndex(LexicalIndex):
 Builder = Callable[..., Index]
 SpecParser = Callable[[str, Mapping[str, Any]], LexicalSpec]
 
+ENTRY_POINT_GROUP = registry.HARNESS_KINDS
+_INSTALL_HINT = (
+    f"a package installed in site-packages adds a harness kind under the entry-point group "
+    f"{ENTRY_POINT_GROUP!r}, naming a prereg.e04.harness.HarnessKind of that kind "
+    "(pip install PATH, not pip install -e PATH)"
+)
+
+
+@dataclass(frozen=True)
+class HarnessKind:
+    """A harness kind: how to parse its plan entry and how to build its index.
+
+    ``parse(harness_id, entry) -> LexicalSpec`` reads one plan entry (every field, no others)
+    and raises :class:`HarnessSpecError` naming the field; ``build(spec, files, functions,
+    backend, cache) -> Index`` builds the index of one corpus. A user's package makes its
+    kind available to real runs by naming an instance under the entry-point group
+    ``prereg.harness_kinds`` (:mod:`prereg.registry`), its entry name equal to ``kind``::
+
+        [project.entry-points."prereg.harness_kinds"]
+        "splade" = "my_harnesses:SPLADE"
+    """
+
+    kind: str
+    parse: SpecParser
+    build: Builder
+
+
+def _build_lexical(
+    spec: LexicalSpec,
+    files: Mapping[str, bytes],
+    functions: Sequence[GoFunction],
+    backend: EmbeddingBackend | None,
+    cache: VectorCache | None,
+) -> LexicalIndex:
+    return LexicalIndex(spec, files, functions)
+
+
+# The project's own kinds: tracked code, never taken from package metadata.
+BUILT_IN_HARNESS_KINDS: tuple[HarnessKind, ...] = (
+    HarnessKind("bm25", lexical_spec_from_plan, _build_lexical),
+    HarnessKind("bm25+dense-rrf", fused_spec_from_plan, FusedIndex),
+)
+
+# kind name -> HarnessKind loaded from a recorded installed distribution (once per process)
+_installed: dict[str, HarnessKind] = {}
+
+
+def _is_harness_kind(name: str) -> Callable[[object], bool]:
+    return lambda found: isinstance(found, HarnessKind) and found.kind == name
+
+
+def installed_kind(name: str) -> HarnessKind:
+    """Harness kind ``name`` from a recorded installed distribution (:mod:`prereg.registry`).
+
+    Raises :class:`prereg.registry.NotInstalled` (with every reason found) otherwise.
+    """
+    if any(name == built_in.kind for built_in in BUILT_IN_HARNESS_KINDS):
+        raise registry.NotInstalled(ENTRY_POINT_GROUP, name, [f"{name!r} is built in"])
+    if name not in _installed:
+        _installed[name] = registry.load_installed(ENTRY_POINT_GROUP, name, _is_harness_kind(name))
+    return _installed[name]
+
 
 class HarnessRegistry:
     """Harness kinds by name: how to parse a plan entry and how to build an index.
 
-    A user adds a kind with :meth:`register`; :func:`default_registry` holds
-    ``"bm25"`` and ``"bm25+dense-rrf"``.
+    A user adds a kind in-process with :meth:`register` or :meth:`add`;
+    :func:`default_registry` holds ``"bm25"`` and ``"bm25+dense-rrf"`` and finds any other
+    kind among the recorded installed distributions (entry-point group
+    ``prereg.harness_kinds``), so a user's installed package reaches real runs.
     """
 
-    def __init__(self) -> None:
-        self._kinds: dict[str, tuple[SpecParser, Builder]] = {}
+    def __init__(self, *, installed: bool = False) -> None:
+        self._kinds: dict[str, HarnessKind] = {}
+        self._installed = installed  # look unknown kinds up in installed distributions
 
-    def register(self, kind: str, parse: SpecParser, build: Builder) -> None:
-        """Add a kind; ``build(spec, files, functions, backend, cache) -> Index``."""
+    def add(self, harness_kind: HarnessKind) -> None:
+        """Add a :class:`HarnessKind`."""
+        if not isinstance(harness_kind, HarnessKind):
+            raise HarnessSpecError(f"{harness_kind!r} is not a HarnessKind")
+        kind = harness_kind.kind
         if not isinstance(kind, str) or not kind:
             raise HarnessSpecError(f"kind={kind!r} must be a non-empty str")
         if kind in self._kinds:
             raise HarnessSpecError(f"kind {kind!r} is already registered")
-        self._kinds[kind] = (parse, build)
+        self._kinds[kind] = harness_kind
+
+    def register(self, kind: str, parse: SpecParser, build: Builder) -> None:
+        """Add a kind; ``build(spec, files, functions, backend, cache) -> Index``."""
+        self.add(HarnessKind(kind, parse, build))
 
     def kinds(self) -> tuple[str, ...]:
-        """Registered kind names, sorted."""
+        """Kind names registered so far (built in, added, or installed and used), sorted."""
         return tuple(sorted(self._kinds))
 
-    def _kind(self, kind: Any, where: str) -> tuple[SpecParser, Builder]:
-        if kind not in self._kinds:
-            raise HarnessSpecError(f"{where}: kind={kind!r} is not one of {self.kinds()}")
-        return self._kinds[kind]
+    def kind(self, kind: Any, where: str = "harness") -> HarnessKind:
+        """The :class:`HarnessKind` named ``kind``; ``where`` names the plan entry in errors."""
+        if kind in self._kinds:
+            return self._kinds[kind]
+        why = ""
+        if self._installed and isinstance(kind, str) and kind:
+            try:
+                found = installed_kind(kind)
+            except registry.NotInstalled as missing:
+                why = f" ({'; '.join(missing.reasons)})" if missing.reasons else ""
+            else:
+                self._kinds[kind] = found
+                return found
+        hint = f"; {_INSTALL_HINT}" if self._installed else ""
+        raise HarnessSpecError(
+            f"{where}: field kind={kind!r} is not one of {self.kinds()}, built in or "
+            f"installed{why}{hint}"
+        )
 
     def spec_from_plan(self, harness_id: str, entry: Mapping[str, Any]) -> LexicalSpec:
         """Parse one plan entry by its ``kind``."""
         if not isinstance(entry, Mapping) or "kind" not in entry:
             raise HarnessSpecError(f"harness {harness_id!r}: entry {entry!r:.80} has no 'kind'")
-        parse, _ = self._kind(entry["kind"], f"harness {harness_id!r}")
-        return parse(harness_id, entry)
+        return self.kind(entry["kind"], f"harness {harness_id!r}").parse(harness_id, entry)
 
     def specs_from_plan(self, harnesses: Mapping[str, Mapping[str, Any]]) -> dict[str, LexicalSpec]:
         """Parse a plan's ``{harness_id: entry}`` object."""
@@ -477,26 +569,17 @@ class HarnessRegistry:
         cache: VectorCache | None,
     ) -> Index:
         """Build the index of ``spec`` over one corpus (never reused for another)."""
-        _, build = self._kind(spec.kind, f"harness {spec.harness_id!r}")
-        return build(spec, files, functions, backend, cache)
-
-
-def _build_lexical(
-    spec: LexicalSpec,
-    files: Mapping[str, bytes],
-    functions: Sequence[GoFunction],
-    backend: EmbeddingBackend | None,
-    cache: VectorCache | None,
-) -> LexicalIndex:
-    return LexicalIndex(spec, files, functions)
+        harness_kind = self.kind(spec.kind, f"harness {spec.harness_id!r}")
+        return harness_kind.build(spec, files, functions, backend, cache)
 
 
 def default_registry() -> HarnessRegistry:
-    """A new registry with the reference kinds ``bm25`` and ``bm25+dense-rrf``."""
-    registry = HarnessRegistry()
-    registry.register("bm25", lexical_spec_from_plan, _build_lexical)
-    registry.register("bm25+dense-rrf", fused_spec_from_plan, FusedIndex)
-    return registry
+    """A new registry: the built-in kinds ``bm25`` and ``bm25+dense-rrf``, then any kind a
+    recorded installed distribution provides (looked up on first use, once per process)."""
+    kinds = HarnessRegistry(installed=True)
+    for harness_kind in BUILT_IN_HARNESS_KINDS:
+        kinds.add(harness_kind)
+    return kinds
 
 
 def build(
