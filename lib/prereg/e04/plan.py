@@ -90,7 +90,12 @@ class Cell:
 
     @property
     def item_id(self) -> str:
-        return f"{self.task_id}-{self.harness}-s{self.seed_coordinate}"
+        return cell_id(self.task_id, self.harness, self.seed_coordinate)
+
+
+def cell_id(task_id: str, harness: str, seed_coordinate: int) -> str:
+    """A cell's id (``T01-H000-s0``): its item's parametrize id and its item key."""
+    return f"{task_id}-{harness}-s{seed_coordinate}"
 
 
 @dataclass(frozen=True)
@@ -228,6 +233,23 @@ def settings_from_parameters(params: Mapping[str, Any], *, source: str = "E04 pl
         busy_timeout_seconds=float(params["cache"]["busy_timeout_seconds"]),
         code_revision=params["reformulations"]["expected_code_revision"],
     )
+
+
+def settings_of(plan: Mapping[str, Any], stage: str) -> E04Settings:
+    """The typed settings of ``stage`` of a plan document (``StageKind.settings``)."""
+    return settings_from_parameters(
+        plan["stages"][stage]["parameters"],
+        source=f"plan {plan['plan_id']}: stages.{stage}.parameters",
+    )
+
+
+def item_key(coords: Mapping[str, Any]) -> str:
+    """An item's key (``StageKind.item_key``): the :attr:`Cell.item_id` of the cell whose
+    coordinates the item recorded (task, harness, seed coordinate), never its test name."""
+    seed_coordinate = coords["seed_coordinate"]
+    if isinstance(seed_coordinate, bool) or not isinstance(seed_coordinate, int):
+        raise TypeError(f"seed_coordinate {seed_coordinate!r} is not an int")
+    return cell_id(str(coords["task"]), str(coords["harness"]), seed_coordinate)
 
 
 def grid(settings: E04Settings, task_ids: Sequence[str]) -> list[Cell]:

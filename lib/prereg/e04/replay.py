@@ -1,7 +1,8 @@
 """Audit replay of an E04 run: nothing is trusted, nothing is read from the vector cache.
 
-For every item of the run: its cell belongs to the plan's grid and its recorded seed
-is the plan's derivation; every measure and paired outcome is recomputed from the
+For every item of the run: its cell belongs to the plan's grid (items are paired with
+cells by the item key their recorded coordinates give, never by test or folder name) and
+its recorded seed is the plan's derivation; every measure and paired outcome is recomputed from the
 saved rankings; the distractors are regenerated from the seed and compared (path,
 SHA-256, source); every ranking is rebuilt from the repository (BM25) and the vectors
 bound to the run (dense; ``summary/e04_vectors.npy``, :mod:`prereg.e04.runvectors`)
@@ -30,6 +31,7 @@ from prereg.e04.cells import (
     compute_cell,
     gold_functions_at_label,
 )
+from prereg.e04.inputs import bound_inputs, lmstudio_client_factory, load_inputs
 from prereg.e04.metrics import function_key, token_count
 from prereg.e04.plan import E04Settings
 from prereg.e04.runvectors import (
@@ -41,16 +43,12 @@ from prereg.e04.runvectors import (
     reembed_findings,
     reembed_sample,
 )
-from prereg.e04.stage import (
+from prereg.e04.summary import (
     SUMMARY,
     SUMMARY_TEXT,
-    _inputs_of_view,
-    _item_cells,
-    _lmstudio_client_factory,
-    _summary,
-    load_inputs,
+    compute_summary,
+    expected_cells,
     run_texts_of_view,
-    settings_of,
 )
 from prereg.hashing import canonical_json, read_json, sha256_file
 from prereg.seeds import derivation, numpy_generator
@@ -119,7 +117,7 @@ def _vector_findings(
         return findings
     try:
         backend = build_backend(
-            dict(settings.embedding), lmstudio_client=_lmstudio_client_factory(settings)
+            dict(settings.embedding), lmstudio_client=lmstudio_client_factory(settings)
         )
     except Exception as err:  # noqa: BLE001 - any failure means: not available here
         note(
@@ -141,27 +139,20 @@ def replay_run(view: RunView) -> list[str]:
 
 
 def _replay(view: RunView) -> list[str]:
-    settings: E04Settings = settings_of(view.plan.data, view.stage)
+    settings: E04Settings = view.settings
     namespace = view.plan.stage(view.stage)["seed_namespace"]
-    inputs = _inputs_of_view(view)
-    loaded = load_inputs(settings, inputs)
+    loaded = load_inputs(settings, bound_inputs(view))
     task_ids = [t.task_id for t in loaded.task_file.tasks]
-    expected = _item_cells(view, settings, task_ids)
+    pairs, findings = view.match(expected_cells(settings, task_ids))
     backend = bound = None
-    findings: list[str] = []
     if settings.dense:
         backend = CacheOnlyBackend(dict(settings.embedding["identity"]))
-        bound, findings = RunVectors.load(view.summary_dir, settings.embedding["identity"])
+        bound, more = RunVectors.load(view.summary_dir, settings.embedding["identity"])
+        findings += more
     workspace = Workspace(corpora=CorpusStore(loaded.repository), backend=backend, cache=bound)
-    seen = set()
     gold_cache: dict[str, list] = {}
-    for item in view.items:
-        name = item["output_dir"]
-        cell = expected.get(name)
-        if cell is None:
-            findings.append(f"item {item['nodeid']} is not a cell of the plan's grid")
-            continue
-        seen.add(name)
+    for _key, item, cell in pairs:
+        name = item["output_dir"]  # where its files are (items/<name>/), for the findings
         seed_text = derivation(namespace, cell.task_id, settings.distractor_seed_label)
         if item.get("seeds") != [seed_text]:
             findings.append(f"{name}: recorded seeds {item.get('seeds')} are not [{seed_text!r}]")
@@ -222,13 +213,11 @@ def _replay(view: RunView) -> list[str]:
                         ),
                     }.get(field, field)
                     findings.append(f"{name}/{file_name}: rebuilt {what} differ from the saved")
-    for name in sorted(set(expected) - seen):
-        findings.append(f"cell {name} of the plan's grid has no item in the manifest")
     if bound is not None:
         findings += _vector_findings(view, settings, loaded, workspace.corpora, bound)
     if findings:
         return findings
-    summary, settings, problems = _summary(view)
+    summary, problems = compute_summary(view)
     findings += problems
     if canonical_json(summary) != (view.summary_dir / SUMMARY).read_text(encoding="utf-8"):
         findings.append(f"summary/{SUMMARY} differs from the summary recomputed from the items")

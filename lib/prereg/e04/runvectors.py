@@ -85,7 +85,7 @@ def text_key(text: str, memo: dict[str, str] | None = None) -> str:
 class Condition:
     """One dense condition record of one item: the vectors its index and query used."""
 
-    item: str  # the item's output folder name
+    item: str  # the item's key (its cell id, prereg.e04.plan.item_key)
     file_name: str  # baseline.json, s001.json or s002.json
     task_id: str
     harness: str
@@ -112,7 +112,8 @@ def run_texts(
     reformulations: Mapping[str, str] | None,
     corpora: CorpusStore,
 ) -> RunTexts:
-    """The texts and conditions of the dense items (``records``: item -> file -> record).
+    """The texts and conditions of the dense items (``records``: item key -> file -> record;
+    ``cells``: item key -> cell).
 
     Chunks come from the repository at the record's commits plus the distractor files
     the S002 record lists (the replay checks those against their regeneration).
