@@ -6,7 +6,10 @@ families (:data:`BUILT_IN_FAMILIES`, tracked code, never read from package metad
 those registered on the registry in-process (tests), then a family an installed package
 declares under the entry-point group ``prereg.law_families`` (name: the ``family`` a plan's
 law spec gives; value: ``build(spec) -> HiddenMarkovLaw``; :mod:`prereg.registry` says which
-installed packages qualify). ``examples/prereg-law-family`` is such a package.
+installed packages qualify). ``examples/prereg-law-family`` is such a package. A law
+records the family that built it (``HiddenMarkovLaw.family``) and a stored dataset records
+:func:`law_to_spec` of it, which is read back through that family: a family whose laws
+name it must also accept that spec.
 
 The reference laws E0, E1 and E2 (DESIGN.md) are stated in one place, the plan
 (``parameters.worlds`` of ``plans/STATISTICAL_PIPELINE_PLAN.json``): this module ships
