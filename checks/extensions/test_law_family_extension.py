@@ -47,8 +47,8 @@ STICKY_E1 = {
 }
 INSTALL = (
     f"the example package {DISTRIBUTION} is not installed in this environment as prereg "
-    "uses it; run `bash install.sh` (it installs every package under examples/), or "
-    f"`{sys.executable} -m pip install {EXAMPLE.relative_to(REPO)}` (not -e)"
+    "uses it; run `bash install.sh` (it installs every package under examples/, not "
+    "editable, each built from a copy)"
 )
 
 
