@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,18 @@ def scratch_clone(base: Path, plan: dict) -> Path:
     gitrepo.git(clone, "add", TINY)
     gitrepo.git(clone, "commit", "-q", "-m", "Tiny plan for the pipeline check")
     return clone
+
+
+def rename_tests(clone: Path, module: str, names: dict[str, str]) -> None:
+    """Rename test functions of an experiment module in the clone and commit (old -> new)."""
+    path = clone / module
+    text = path.read_text(encoding="utf-8")
+    for old, new in names.items():
+        text, count = re.subn(rf"\bdef {old}\(", f"def {new}(", text)
+        assert count == 1, (module, old)
+    path.write_text(text, encoding="utf-8")
+    gitrepo.git(clone, "add", module)
+    gitrepo.git(clone, "commit", "-q", "-m", f"Rename the test functions of {module}")
 
 
 def steps(*stages: str, workers: int = 1, after=None) -> list[DemoStep]:

@@ -7,7 +7,7 @@ import json
 import subprocess
 
 import pytest
-from pipelinerepo import prereg, run_pipeline, scratch_clone, steps, tiny_plan
+from pipelinerepo import prereg, rename_tests, run_pipeline, scratch_clone, steps, tiny_plan
 
 from prereg import ledger
 from prereg.hashing import sha256_file, write_json
@@ -96,18 +96,27 @@ def _set_ref(root, ref: str, data: bytes) -> None:
 
 
 def test_serial_and_two_workers_train_to_identical_bytes(tiny_pipeline, tmp_path):
+    """Two workers, and the experiment's test function renamed (so every item folder name
+    differs): the same bytes per unit, and the run audits clean (run_pipeline audits it)."""
     clone = scratch_clone(tmp_path, tiny_plan())
+    rename_tests(clone, "experiments/test_target_variance.py", {"test_unit": "test_replicate_unit"})
     root = run_pipeline(clone, steps("target-variance", workers=2))
     ours, theirs = runs(root)["target-variance"], runs(tiny_pipeline)["target-variance"]
 
     def files(run):
-        base = run / "items"
-        return {
-            p.relative_to(base).as_posix(): p.read_bytes()
-            for p in sorted(base.rglob("*"))
-            if p.is_file() and not p.name.endswith(".timing.json")
-        }
+        """(unit, file) -> bytes, the unit named by the coordinates its item recorded."""
+        manifest = json.loads((run / "manifest.json").read_text())
+        out = {}
+        for item in manifest["items"]:
+            unit = "{world}-r{replicate:03d}".format(**item["coords"])
+            base = run / "items" / item["output_dir"]
+            for p in sorted(base.rglob("*")):
+                if p.is_file() and not p.name.endswith(".timing.json"):
+                    out[unit, p.relative_to(base).as_posix()] = p.read_bytes()
+        return out
 
+    folders = {i["output_dir"] for i in json.loads((ours / "manifest.json").read_text())["items"]}
+    assert all(f.startswith("test_replicate_unit[") for f in folders), folders
     assert files(ours) == files(theirs)
 
 
