@@ -21,14 +21,15 @@ from prereg.hashing import read_json, sha256_file, write_json
 from prereg.plans import load_plan, validate_stage
 from prereg.runs import (
     COMPLETE,
+    RunFolder,
     RunIdError,
+    RunLayout,
     all_runs,
     check_run_id,
     contained,
     has_started,
     refusals_dir,
     require_run_id,
-    run_dir,
     valid_run_id,
 )
 from prereg.schema import MapOf, Nullable, validate
@@ -157,7 +158,7 @@ def latest_complete_run(root: Path, stage: str) -> str | None:
         if r.stage == stage
         and r.status == COMPLETE
         and ledger.read(root, ledger.manifest_ref(r.run_id))
-        == (r.path / "manifest.json").read_bytes()
+        == RunFolder(r.path).manifest.read_bytes()
     ]
     done.sort(key=lambda r: r.manifest["ended_at"])
     return done[-1].run_id if done else None
@@ -172,8 +173,8 @@ def dependency_problems(root: Path, requires: dict, *, plan_sha256: str) -> list
         if not valid_run_id(bound["run_id"]):
             problems.append(f"required {stage} run {bound['run_id']!r} is not a run id")
             continue
-        folder = run_dir(root, bound["run_id"])
-        manifest = folder / "manifest.json"
+        layout = RunLayout(root, bound["run_id"])
+        folder, manifest = layout.folder, layout.manifest
         if not manifest.exists():
             problems.append(f"required {stage} run {bound['run_id']} has no manifest")
             continue
@@ -254,10 +255,10 @@ def create_approval(
                 f"stage {stage} requires a complete run of {needed}; none is under runs/ "
                 f"(run and audit {needed} first, or name one with --use-run {needed}=RUN_ID)"
             )
-        manifest = run_dir(root, chosen) / "manifest.json"
+        manifest = RunLayout(root, chosen).manifest
         if not manifest.exists():
             raise ApprovalError(
-                f"--use-run {needed}={chosen}: runs/{chosen}/manifest.json does not exist"
+                f"--use-run {needed}={chosen}: {manifest.relative_to(root)} does not exist"
             )
         requires[needed] = {"run_id": chosen, "manifest_sha256": sha256_file(manifest)}
 

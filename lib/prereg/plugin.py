@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from prereg import execution, gate, ledger, manifest, provenance, remote
 from prereg.context import BudgetExceeded, ItemContext
 from prereg.hashing import canonical_json, file_entries, read_json, sha256_file
 from prereg.plans import Plan, load_plan
-from prereg.runs import ITEMS_DIR, START_RECORD, contained, progress_log, run_dir
+from prereg.runs import RunLayout, contained, item_dir_name
 
 STAGE_OPTION = "--research-stage"
 RUN_ID_OPTION = "--run-id"
@@ -74,6 +73,11 @@ class Settings:
     @property
     def research(self) -> bool:
         return self.stage is not None
+
+    @property
+    def layout(self) -> RunLayout:
+        """Every path of this run (its folder, records, progress log)."""
+        return RunLayout(Path(self.root), self.run_id)
 
 
 SETTINGS = pytest.StashKey[Settings]()
@@ -219,7 +223,7 @@ def _resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fal
     threads = spec["threads_per_worker"]
     provenance.set_thread_environment(threads)  # inherited by xdist workers started later
     if not listing:
-        config.option.xmlpath = str(run_dir(root, record.run_id) / "junit.xml")
+        config.option.xmlpath = str(RunLayout(root, record.run_id).junit)
     return Settings(
         root=str(root),
         stage=stage,
@@ -271,20 +275,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # -- per item (serial process or xdist worker) --------------------------------------------------
 
 
-def _item_dir_name(item: pytest.Item) -> str:
-    return _output_dir_of(item.nodeid)
-
-
-def _output_dir_of(nodeid: str) -> str:
-    """The folder under ``runs/<run-id>/items/`` of the item ``nodeid``."""
-    return re.sub(r"[^A-Za-z0-9._=+\[\]-]", "_", nodeid.split("::", 1)[-1])
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     settings = item.config.stash[SETTINGS]
     if settings.research:
-        item.stash[ITEM_RECORD] = {"nodeid": item.nodeid, "output_dir": _item_dir_name(item)}
+        item.stash[ITEM_RECORD] = {"nodeid": item.nodeid, "output_dir": item_dir_name(item.nodeid)}
         item.stash[PEAK] = provenance.PeakScope().start()
 
 
@@ -322,7 +317,7 @@ def research(request: pytest.FixtureRequest, _prereg_plan: dict) -> ItemContext:
     """The item's context: plan parameters, recorded seeds, output folder, budget."""
     settings = request.config.stash[SETTINGS]
     record = request.node.stash[ITEM_RECORD]
-    outputs = run_dir(Path(settings.root), settings.run_id) / ITEMS_DIR / record["output_dir"]
+    outputs = settings.layout.item_dir(record["output_dir"])
     if settings.ship_outputs:  # a remote worker: a private folder, sent back with the report
         outputs = Path(tempfile.mkdtemp(prefix="prereg-item-")) / record["output_dir"]
         request.node.stash[SHIPPED] = outputs
@@ -337,11 +332,10 @@ def research(request: pytest.FixtureRequest, _prereg_plan: dict) -> ItemContext:
         record=record,
         inputs=_verified_inputs(settings),
         required_runs={
-            k: run_dir(Path(settings.root), v) for k, v in (settings.required_runs or {}).items()
+            k: RunLayout(Path(settings.root), v).folder
+            for k, v in (settings.required_runs or {}).items()
         },
-        progress_log=None
-        if settings.ship_outputs
-        else progress_log(Path(settings.root), settings.run_id),
+        progress_log=None if settings.ship_outputs else settings.layout.progress_log,
     )
     context.check_budget()
     record["thread_settings"] = provenance.apply_thread_limits(settings.threads)
@@ -355,8 +349,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if record is not None and (report.when == "call" or (report.when == "setup" and report.failed)):
         try:
             settings = item.config.stash[SETTINGS]
-            base = run_dir(Path(settings.root), settings.run_id) / ITEMS_DIR
-            outputs = item.stash.get(SHIPPED, base / record["output_dir"])
+            outputs = item.stash.get(SHIPPED, settings.layout.item_dir(record["output_dir"]))
             record["outputs"] = file_entries(outputs) if outputs.exists() else []
             if SHIPPED in item.stash:
                 shipped = item.stash[SHIPPED]
@@ -396,7 +389,8 @@ class Controller:
         self.config = config
         self.settings = settings
         self.root = Path(settings.root)
-        self.run_dir = run_dir(self.root, settings.run_id)
+        self.layout = settings.layout
+        self.run_dir = self.layout.folder
         self.entries: dict[str, dict] = {}
         self.expected: list[str] = []
         self.worker_data: list[dict] = []
@@ -466,8 +460,8 @@ class Controller:
         if self.run_dir.exists():
             self._refuse_if([gate.Refusal(
                 "run-id-unused",
-                f"runs/{record.run_id} exists although no start is recorded; move it out of runs/ "
-                "(it is not a run of this approval) and run again",
+                f"{self.run_dir.relative_to(self.root)} exists although no start is recorded; move "
+                "it out of runs/ (it is not a run of this approval) and run again",
             )])  # fmt: skip
         started_at = manifest.utc_now()
         start = manifest.start_record(
@@ -496,14 +490,14 @@ class Controller:
         manifest.write_start_record(self.run_dir, record=start, approval_path=record.path)
         self.started = time.time()
         self.started_at = started_at
-        progress = progress_log(self.root, record.run_id)
+        progress = self.layout.progress_log
         progress.parent.mkdir(parents=True, exist_ok=True)
         progress.touch()
         self.saved_handlers = _install_signal_handlers()  # restored when the manifest is written
         self.reserve = manifest.reserve_space(self.root, record.run_id, len(self.expected))
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        log = progress_log(self.root, self.settings.run_id).relative_to(self.root)
+        log = self.layout.progress_log.relative_to(self.root)
         return [
             f"prereg: run {self.settings.run_id} of stage {self.settings.stage}; follow it with tail -f {log}"
         ]
@@ -631,7 +625,7 @@ class Controller:
                 if getattr(reporter._tw, "width_of_current_line", 0):  # -n 2's progress dots
                     reporter._tw.line()
                 reporter.write_line(line)
-            eta.append(progress_log(self.root, self.settings.run_id), line)
+            eta.append(self.layout.progress_log, line)
         except Exception:  # noqa: BLE001, S110 -- a progress line never costs the run
             pass
 
@@ -644,7 +638,7 @@ class Controller:
         report.user_properties[:] = [
             p for p in report.user_properties if p[0] != remote.OUTPUT_PROPERTY
         ]
-        folder = self.run_dir / ITEMS_DIR / _output_dir_of(report.nodeid)
+        folder = self.layout.item_dir(item_dir_name(report.nodeid))
         try:
             problems = remote.unpack(chunks, contained(self.root, folder))
             if not problems and file_entries(folder) != entry.get("outputs"):
@@ -755,7 +749,7 @@ class Controller:
             entry = self.entries.get(nodeid, {"nodeid": nodeid, "phases": {}})
             entry["outcome"] = _outcome(entry["phases"])
             items.append(entry)
-        items = manifest.hash_item_folders(self.run_dir, items, _output_dir_of)
+        items = manifest.hash_item_folders(self.run_dir, items, item_dir_name)
         for item in items:
             if item["outcome"] == "not run" and "outputs" in item:
                 item["outcome"] = "interrupted"  # no report came, but its folder shows it started
@@ -806,7 +800,7 @@ class Controller:
         )
         if self.gateways:  # each xdist worker: spec, host, checkout, Python, packages, threads
             env["workers"] = [self.gateways[k] for k in sorted(self.gateways)]
-        start = read_json(self.run_dir / START_RECORD, what="start record")
+        start = read_json(self.layout.start, what="start record")
         return manifest.build_manifest(
             run_dir=self.run_dir,
             start=start,
@@ -825,7 +819,7 @@ class Controller:
     def _minimal_manifest(self, error: str) -> dict:
         """What the fallback manifest knows: the start record, the items, the error."""
         try:
-            start = read_json(self.run_dir / START_RECORD, what="start record")
+            start = read_json(self.layout.start, what="start record")
         except Exception:  # noqa: BLE001 -- the fallback uses what the settings know
             start = None
         try:
@@ -863,14 +857,12 @@ class Controller:
             )
             for note in getattr(self, "finish_notes", []):
                 terminalreporter.write_line(f"WARNING: {note}", red=True, bold=True)
-            written = (self.run_dir / "manifest.json").is_file()
+            written = self.layout.manifest.is_file()
             terminalreporter.write_line(
-                f"manifest: {self.run_dir / 'manifest.json'}"
+                f"manifest: {self.layout.manifest}"
                 + ("" if written else " was NOT written (see the warnings above)")
             )
-            terminalreporter.write_line(
-                f"progress log: {progress_log(self.root, self.settings.run_id)}"
-            )
+            terminalreporter.write_line(f"progress log: {self.layout.progress_log}")
             terminalreporter.write_line(
                 f"audit it: prereg audit {self.run_dir.relative_to(self.root)}"
             )

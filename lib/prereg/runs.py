@@ -56,7 +56,7 @@ def runs_dir(root: Path) -> Path:
 
 
 def run_dir(root: Path, run_id: str) -> Path:
-    return runs_dir(root) / require_run_id(run_id)
+    return RunLayout(root, run_id).folder
 
 
 def contained(root: Path, path: Path) -> Path:
@@ -71,43 +71,64 @@ def contained(root: Path, path: Path) -> Path:
 
 
 def refusals_dir(root: Path) -> Path:
+    """Refusal records (``runs/refusals/*.json``): a refusal spends no run id."""
     return runs_dir(root) / "refusals"
+
+
+def progress_dir(root: Path) -> Path:
+    """Live progress logs and disk reserves of runs (outside the hashed run folders)."""
+    return runs_dir(root) / "progress"
 
 
 def progress_log(root: Path, run_id: str) -> Path:
     """Live progress lines of a run; not part of the manifest (timing is not a result)."""
-    return runs_dir(root) / "progress" / f"{run_id}.log"
+    return progress_dir(root) / f"{require_run_id(run_id)}.log"
 
 
 def audits_dir(root: Path) -> Path:
+    """Stored audit verdicts (``runs/audits/<run-id>.json``, :mod:`prereg.verdicts`)."""
     return runs_dir(root) / "audits"
 
 
-@dataclass(frozen=True)
-class RunLayout:
-    """Every path of one run: its folder ``runs/<run-id>/`` and the files beside it.
+def reports_dir(root: Path) -> Path:
+    """HTML reports (``runs/reports/``): beside the run folders, never inside one."""
+    return runs_dir(root) / "reports"
 
-    The one home of the run-folder layout: nothing else spells these names. Build one with
-    ``RunLayout(root, run_id)`` (the run id is validated before any path is built) or, for a
-    folder given on the command line, :meth:`of`.
+
+def item_dir_name(nodeid: str) -> str:
+    """The folder under ``runs/<run-id>/items/`` of the item ``nodeid``."""
+    return re.sub(r"[^A-Za-z0-9._=+\[\]-]", "_", nodeid.split("::", 1)[-1])
+
+
+class RunFolder:
+    """The files inside one run folder, wherever the folder is.
+
+    Nothing is built from the folder's name here, so the auditor and the report can read a
+    folder given on the command line (copied elsewhere, or renamed) through it;
+    :class:`RunLayout` adds the paths beside the folder that are built from the run id.
     """
 
-    root: Path
-    run_id: str
+    folder: Path
 
-    def __post_init__(self) -> None:
-        require_run_id(self.run_id)
-        object.__setattr__(self, "root", Path(self.root))
+    # The run's own records, hashed in the manifest's run_files (relative to the folder).
+    RUN_FILES = (START_RECORD, APPROVAL_COPY, ITEM_LOG, JUNIT)
 
-    @classmethod
-    def of(cls, folder: Path) -> RunLayout:
-        """The layout of the run folder ``folder`` (``<root>/runs/<run-id>``)."""
-        folder = Path(folder)
-        return cls(folder.parent.parent, folder.name)
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
 
-    @property
-    def folder(self) -> Path:
-        return runs_dir(self.root) / self.run_id
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in self.__dict__:  # frozen: a path, once built, never changes
+            raise AttributeError(f"{type(self).__name__}.{name} cannot change")
+        object.__setattr__(self, name, value)
+
+    def __repr__(self) -> str:
+        return f"RunFolder({self.folder!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.folder == self.folder
+
+    def __hash__(self) -> int:
+        return hash(self.folder)
 
     @property
     def start(self) -> Path:
@@ -141,14 +162,72 @@ class RunLayout:
     def summary_dir(self) -> Path:
         return self.folder / SUMMARY_DIR
 
+    @staticmethod
+    def item_folder(output_dir: str) -> str:
+        """An item's folder relative to the run folder (``items/<dir>``), as records name it."""
+        return f"{ITEMS_DIR}/{output_dir}"
+
+    @staticmethod
+    def item_file(output_dir: str, path: str) -> str:
+        """An item output file's path relative to the run folder (``items/<dir>/<path>``)."""
+        return f"{RunFolder.item_folder(output_dir)}/{path}"
+
+    @staticmethod
+    def summary_file(path: str) -> str:
+        """A summary file's path relative to the run folder (``summary/<path>``)."""
+        return f"{SUMMARY_DIR}/{path}"
+
+
+class RunLayout(RunFolder):
+    """Every path of one run: its folder ``runs/<run-id>/`` and the files beside it.
+
+    The one home of the run-folder layout: nothing else spells these names. Build one with
+    ``RunLayout(root, run_id)`` (the run id is validated before any path is built) or, for a
+    folder given on the command line, :meth:`of`. A folder whose name is no run id is read
+    through :class:`RunFolder`.
+    """
+
+    root: Path
+    run_id: str
+
+    def __init__(self, root: Path, run_id: str) -> None:
+        self.root = Path(root)
+        self.run_id = require_run_id(run_id)
+        super().__init__(runs_dir(self.root) / self.run_id)
+
+    def __repr__(self) -> str:
+        return f"RunLayout(root={self.root!r}, run_id={self.run_id!r})"
+
+    @classmethod
+    def of(cls, folder: Path) -> RunLayout:
+        """The layout of the run folder ``folder`` (``<root>/runs/<run-id>``)."""
+        folder = Path(folder)
+        return cls(folder.parent.parent, folder.name)
+
     @property
     def progress_log(self) -> Path:
+        """``runs/progress/<run-id>.log``: live progress lines (timing is not a result)."""
         return progress_log(self.root, self.run_id)
+
+    @property
+    def reserve(self) -> Path:
+        """``runs/progress/<run-id>.reserve``: disk space held for the end of the run."""
+        return progress_dir(self.root) / f"{self.run_id}.reserve"
+
+    @property
+    def verdict(self) -> Path:
+        """``runs/audits/<run-id>.json``: the stored audit verdict (:mod:`prereg.verdicts`)."""
+        return audits_dir(self.root) / f"{self.run_id}.json"
+
+    @property
+    def report(self) -> Path:
+        """``runs/reports/<run-id>.html``: the run's HTML report."""
+        return reports_dir(self.root) / f"{self.run_id}.html"
 
 
 def has_started(root: Path, run_id: str) -> bool:
     """The run folder holds a start record (see also :func:`prereg.ledger.is_spent`)."""
-    return (run_dir(root, run_id) / START_RECORD).exists()
+    return RunLayout(root, run_id).start.exists()
 
 
 @dataclass(frozen=True)
@@ -165,12 +244,12 @@ UNREADABLE = "unreadable (its manifest or start record is not valid JSON of the 
 
 def run_state(path: Path) -> RunState:
     """What a run folder says of itself; a damaged record is a state, never a crash."""
-    manifest_path = path / MANIFEST
+    files = RunFolder(path)
     try:
-        if manifest_path.exists():
-            manifest = read_json(manifest_path, what="manifest")
+        if files.manifest.exists():
+            manifest = read_json(files.manifest, what="manifest")
             return RunState(path.name, path, manifest.get("stage"), manifest["status"], manifest)
-        start = read_json(path / START_RECORD, what="start record")
+        start = read_json(files.start, what="start record")
         return RunState(path.name, path, start.get("stage"), RUNNING_OR_KILLED, None)
     except (ValueError, KeyError, TypeError, AttributeError, OSError):
         return RunState(path.name, path, None, UNREADABLE, None)
@@ -181,5 +260,5 @@ def all_runs(root: Path) -> list[RunState]:
     if not base.exists():
         return []
     return [
-        run_state(p) for p in sorted(base.iterdir()) if p.is_dir() and (p / START_RECORD).exists()
+        run_state(p) for p in sorted(base.iterdir()) if p.is_dir() and RunFolder(p).start.exists()
     ]

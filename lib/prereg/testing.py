@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from prereg.runs import RunLayout, refusals_dir
+
 
 @dataclass
 class ScratchProject:
@@ -100,13 +102,17 @@ class ScratchProject:
         return self.run(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, env=env)
 
     def audit(self, run_id: str, *extra: str) -> subprocess.CompletedProcess:
-        return self.prereg("audit", f"runs/{run_id}", *extra)
+        return self.prereg("audit", str(self.run_dir(run_id).relative_to(self.root)), *extra)
+
+    def layout(self, run_id: str) -> RunLayout:
+        """Every path of run ``run_id`` of this project (:class:`prereg.runs.RunLayout`)."""
+        return RunLayout(self.root, run_id)
 
     def run_dir(self, run_id: str) -> Path:
-        return self.root / "runs" / run_id
+        return self.layout(run_id).folder
 
     def manifest(self, run_id: str) -> dict:
-        return json.loads((self.run_dir(run_id) / "manifest.json").read_text())
+        return json.loads(self.layout(run_id).manifest.read_text())
 
 
 def terminal_signals() -> None:
@@ -206,7 +212,7 @@ class ToyRepo(ScratchProject):
     """A scratch project holding toy stages (plan TOY_PLAN.json, experiments from EXPERIMENT)."""
 
     def refusals(self) -> list[dict]:
-        folder = self.root / "runs" / "refusals"
+        folder = refusals_dir(self.root)
         return (
             [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
             if folder.exists()

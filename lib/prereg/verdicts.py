@@ -36,10 +36,9 @@ from typing import Any
 
 import prereg
 from prereg.hashing import read_json, sha256_file, write_json
-from prereg.runs import audits_dir
+from prereg.runs import RunFolder, RunIdError, RunLayout
 
 FORMAT = "prereg-audit-verdict/2"
-MANIFEST = "manifest.json"
 
 
 def package_dir() -> Path:
@@ -73,8 +72,13 @@ def _git(folder: Path, *args: str) -> str:
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
-def store_path(root: Path, run_dir: Path) -> Path:
-    return audits_dir(Path(root)) / f"{Path(run_dir).name}.json"
+def store_path(root: Path, run_dir: Path) -> Path | None:
+    """``runs/audits/<run-id>.json`` of the run folder ``run_dir`` (its name is the run id);
+    None for a folder whose name is no run id (no path is built from it)."""
+    try:
+        return RunLayout(root, Path(run_dir).name).verdict
+    except RunIdError:
+        return None
 
 
 def store(root: Path, run_dir: Path, result: Any) -> Path | None:
@@ -82,8 +86,9 @@ def store(root: Path, run_dir: Path, result: Any) -> Path | None:
 
     A store that cannot be written is not an error (the audit stands); returns None then.
     """
-    manifest = Path(run_dir) / MANIFEST
-    if not manifest.is_file():
+    manifest = RunFolder(run_dir).manifest
+    path = store_path(root, run_dir)
+    if path is None or not manifest.is_file():
         return None
     record = {
         "format": FORMAT,
@@ -98,7 +103,6 @@ def store(root: Path, run_dir: Path, result: Any) -> Path | None:
         "status": result.status,
         "audited_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    path = store_path(root, run_dir)
     try:
         write_json(path, record)
     except OSError:
@@ -109,7 +113,7 @@ def store(root: Path, run_dir: Path, result: Any) -> Path | None:
 def load(root: Path, run_dir: Path) -> dict | None:
     """The stored record, or None when there is none or it cannot be read."""
     path = store_path(root, run_dir)
-    if not path.is_file():
+    if path is None or not path.is_file():
         return None
     try:
         record = read_json(path, what="stored audit verdict")
@@ -124,13 +128,13 @@ def staleness(record: dict | None, run_dir: Path) -> str | None:
         return "no stored verdict"
     if record.get("format") != FORMAT:
         return f"the stored verdict has format {record.get('format')!r}, not {FORMAT!r}"
-    manifest = Path(run_dir) / MANIFEST
+    manifest = RunFolder(run_dir).manifest
     if not manifest.is_file():
-        return "the run has no manifest.json"
+        return f"the run has no {manifest.name}"
     now = sha256_file(manifest)
     if record.get("manifest_sha256") != now:
         return (
-            f"manifest.json changed since that audit (SHA-256 "
+            f"{manifest.name} changed since that audit (SHA-256 "
             f"{str(record.get('manifest_sha256'))[:12]} then, {now[:12]} now)"
         )
     code = record.get("code") if isinstance(record.get("code"), dict) else {}
@@ -148,8 +152,9 @@ def describe(record: dict) -> str:
     """``the verdict stored in runs/audits/<id>.json at <time> (commit ...)``."""
     code = record.get("code") or {}
     commit = str(code.get("source_commit") or "no git commit")[:12]
+    where = store_path(Path(), Path(str(record.get("run_id"))))  # relative to the root
     return (
-        f"the verdict stored in runs/audits/{record.get('run_id')}.json at "
+        f"the verdict stored in {where.as_posix() if where else 'runs/audits/'} at "
         f"{record.get('audited_at')} for this manifest SHA-256 and this audit code "
         f"(prereg {commit})"
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from prereg import gitrepo
 from prereg.hashing import read_json
-from prereg.runs import COMPLETE, ITEM_LOG, MANIFEST, START_RECORD, refusals_dir
+from prereg.runs import COMPLETE, ITEM_LOG, START_RECORD, RunFolder, refusals_dir
 
 REFUSED = "refused"
 NO_MANIFEST = "no manifest"
@@ -42,6 +42,11 @@ class RunRecord:
         return self.status == COMPLETE
 
     @property
+    def files(self) -> RunFolder:
+        """The paths inside the run folder (meaningless for a refusal record)."""
+        return RunFolder(self.path)
+
+    @property
     def when(self) -> str | None:
         if self.refusal is not None:
             return self.refusal.get("refused_at")
@@ -53,7 +58,7 @@ class RunRecord:
 
 
 def _item_log(run_dir: Path) -> tuple[dict, ...]:
-    path = run_dir / ITEM_LOG
+    path = RunFolder(run_dir).item_log
     if not path.is_file():
         return ()
     items = []
@@ -71,7 +76,7 @@ def load_run(run_dir: Path) -> RunRecord:
     run_dir = Path(run_dir)
     if run_dir.is_file() and run_dir.suffix == ".json":
         return load_refusal(run_dir)
-    if not (run_dir / START_RECORD).is_file():
+    if not RunFolder(run_dir).start.is_file():
         raise ReportInputError(
             f"run_dir {run_dir} holds no {START_RECORD}: it is not a started run. Give a run "
             "folder (runs/<run-id>) or a refusal record (runs/refusals/<name>.json)"
@@ -91,9 +96,10 @@ def load_run(run_dir: Path) -> RunRecord:
 
 
 def _load_started_run(run_dir: Path) -> RunRecord:
-    start = read_json(run_dir / START_RECORD, what="start record")
-    if (run_dir / MANIFEST).is_file():
-        manifest = read_json(run_dir / MANIFEST, what="manifest")
+    files = RunFolder(run_dir)
+    start = read_json(files.start, what="start record")
+    if files.manifest.is_file():
+        manifest = read_json(files.manifest, what="manifest")
         return RunRecord(
             run_id=manifest["run_id"],
             path=run_dir,
@@ -183,7 +189,7 @@ def plan_at_run(root: Path, record: RunRecord) -> tuple[dict | None, str]:
     commit = (manifest or {}).get("source_commit") or (record.start or {}).get("source_commit")
     rel = (manifest or {}).get("plan", {}).get("path")
     if rel is None and record.path.is_dir():
-        approval = record.path / "approval.json"
+        approval = record.files.approval_copy
         if approval.is_file():
             rel = read_json(approval, what="approval copy")["plan"]["path"]
     if rel is None:

@@ -16,19 +16,18 @@ from prereg.report import header
 from prereg.report import html as h
 from prereg.report.model import NO_MANIFEST, REFUSED, RunRecord, load_run, plan_at_run, refusals
 from prereg.report.sections import SectionContext, section_for
-from prereg.runs import all_runs, runs_dir
+from prereg.runs import RunLayout, all_runs, reports_dir, valid_run_id
 
 AUDIT_MODES = ("full", "cached", "none")
-
-
-def reports_dir(root: Path) -> Path:
-    return runs_dir(root) / "reports"
 
 
 def report_path(root: Path, record: RunRecord) -> Path:
     if record.status == REFUSED:
         return reports_dir(root) / f"refused-{record.path.stem}.html"
-    return reports_dir(root) / f"{record.run_id}.html"
+    if valid_run_id(record.run_id):
+        return RunLayout(root, record.run_id).report
+    # A record claiming no run id: named after its folder (no path is built from the claim).
+    return reports_dir(root) / f"{record.path.name}.html"
 
 
 def audit_verdict(root: Path, record: RunRecord, mode: str) -> header.AuditVerdict:

@@ -16,7 +16,6 @@ from typing import Callable
 
 from prereg.hashing import read_json
 from prereg.report.model import RunRecord
-from prereg.runs import SUMMARY_DIR
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class SectionContext:
 
     @property
     def summary_dir(self) -> Path:
-        return self.record.path / SUMMARY_DIR
+        return self.record.files.summary_dir
 
     def summary_json(self, name: str) -> dict:
         return read_json(self.summary_dir / name, what=f"summary file of {self.record.run_id}")
