@@ -113,6 +113,9 @@ def test_honest_serial_and_parallel_runs_audit_clean_and_do_not_claim_a_replay(h
     assert "clean (run status: complete" in done.stdout
     assert "replay included" not in done.stdout and "replayed" not in done.stdout
     assert "stage kind 'plain' has none" in done.stdout
+    # The manifest records the installed extensions the controller loaded: none here.
+    assert honest.manifest(run_id)["environment"]["extensions"] == {}
+    assert "  extensions: none installed were loaded (built-in code only)" in done.stdout
 
 
 def test_an_honest_failed_run_audits_clean_as_incomplete_and_is_not_replayed(failed):
@@ -407,6 +410,20 @@ def test_a_manifest_that_is_not_json_is_a_finding_not_a_traceback(honest, tmp_pa
         (lambda m: m["items"][0].pop("phases"), "manifest.json: missing field items[0].phases"),
         (lambda m: m.update(run_files=[{"path": 3}]), "manifest.json: field run_files[0]"),
         (lambda m: m.update(expected_items="4"), "manifest.json: field expected_items"),
+        (
+            lambda m: m["environment"].update(extensions=[]),
+            "manifest.json: field environment.extensions must be an object",
+        ),
+        (
+            lambda m: m["environment"].update(
+                extensions={"prereg.stage_kinds": {"mine": {"distribution": "mine 1.0"}}}
+            ),
+            "manifest.json: missing field environment.extensions.prereg.stage_kinds.mine.entry_point",
+        ),
+        (
+            lambda m: m["environment"].update(extensions={"prereg.gadgets": {}}),
+            "environment.extensions names 'prereg.gadgets', not an extension group",
+        ),
     ],
 )
 def test_a_missing_or_mistyped_field_is_a_finding_naming_it(honest, tmp_path, change, fragment):
@@ -669,3 +686,33 @@ def test_a_repository_without_the_runs_commit_could_not_audit_it(honest, tmp_pat
 def test_a_missing_run_folder_could_not_be_audited(honest):
     done = audit(honest, "toy-20261130-099")
     assert done.returncode == 3 and "is not a folder" in done.stdout
+
+
+def test_a_folder_whose_name_is_no_run_id_is_audited_and_no_verdict_path_is_built(honest, tmp_path):
+    toy = clone(honest, tmp_path)
+    shutil.copytree(toy.run_dir(RUN), toy.root / "runs" / "Renamed copy")
+    done = toy.prereg("audit", "runs/Renamed copy")
+    assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert_finding(done, "but the run folder is named 'Renamed copy'")
+    assert not list((toy.root / "runs" / "audits").glob("Renamed*")), "a verdict path was built"
+
+
+def test_the_installed_extensions_the_controller_loaded_reach_the_manifest_and_the_audit(
+    monkeypatch,
+):
+    from prereg import manifest, registry
+    from prereg.audit import describe_extensions
+
+    origin = {
+        "distribution": "acme-kinds 1.2",
+        "entry_point": "acme_kinds:KIND",
+        "file": "/site-packages/acme_kinds.py",
+    }
+    monkeypatch.setattr(registry, "_origins", {registry.STAGE_KINDS: {"acme.sweep": origin}})
+    env = manifest.environment(plugins={}, imported={}, threads={}, execution={})
+    assert env["extensions"] == {registry.STAGE_KINDS: {"acme.sweep": origin}}
+    shown = "extension prereg.stage_kinds 'acme.sweep': acme_kinds:KIND from acme-kinds 1.2"
+    assert describe_extensions(env["extensions"]) == [f"{shown} (/site-packages/acme_kinds.py)"]
+    assert describe_extensions({}) == [
+        "extensions: none installed were loaded (built-in code only)"
+    ]

@@ -36,7 +36,7 @@ from prereg.runs import (
     MANIFEST,
     RUN_ID_PATTERN,
     START_RECORD,
-    SUMMARY_DIR,
+    RunFolder,
 )
 from prereg.schema import (
     MapOf,
@@ -143,6 +143,10 @@ FROM_START = {
     "approval_sha256": "approval.sha256",
 }
 
+# environment.extensions: extension group -> name -> where the controller loaded it from
+# (prereg.registry.loaded_origins: a recorded installed distribution, its entry point, the file).
+EXTENSION_ORIGIN = {"distribution": str, "entry_point": str, "file": str}
+
 _ABSENT = object()
 
 
@@ -160,6 +164,9 @@ class AuditResult(Sequence):
     replayed: bool = False
     replay_note: str = ""
     status: str | None = None  # the status the manifest claims, when it could be read
+    # The installed extensions the run's controller loaded (manifest environment.extensions):
+    # group -> name -> origin; None when the manifest records none (or could not be read).
+    extensions: dict | None = None
     problems: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -275,11 +282,11 @@ def _listed_files(manifest: dict) -> dict[str, dict]:
             continue
         for entry in item.get("outputs") or []:
             if isinstance(entry, dict) and isinstance(entry.get("path"), str):
-                add(f"{ITEMS_DIR}/{item['output_dir']}/{entry['path']}", entry)
+                add(RunFolder.item_file(item["output_dir"], entry["path"]), entry)
     for key in ("summary_files", "partial_summary_files"):
         for entry in manifest.get(key) or []:
             if isinstance(entry, dict) and isinstance(entry.get("path"), str):
-                add(f"{SUMMARY_DIR}/{entry['path']}", entry)
+                add(RunFolder.summary_file(entry["path"]), entry)
     return listed
 
 
@@ -308,6 +315,7 @@ class _Audit:
     def __init__(self, root: Path, run_dir: Path) -> None:
         self.root = root
         self.run_dir = run_dir
+        self.files = RunFolder(run_dir)  # read by path: the folder's name may be no run id
         self.findings: list[str] = []
         self.blockers: list[str] = []
         self.git = False
@@ -316,6 +324,7 @@ class _Audit:
         self.start: dict | None = None
         self.approval: dict | None = None
         self._plan: Any = _ABSENT
+        self.extensions: dict | None = None  # environment.extensions, when well-formed
         self.git_answers = False  # git is installed and the root is a repository
 
     def find(self, message: str) -> None:
@@ -324,8 +333,8 @@ class _Audit:
     # records ---------------------------------------------------------------------------------
 
     def load(self) -> None:
-        raw = _load(self.run_dir / MANIFEST, "manifest", self.findings)
-        if raw is None and not (self.run_dir / MANIFEST).is_file():
+        raw = _load(self.files.manifest, "manifest", self.findings)
+        if raw is None and not self.files.manifest.is_file():
             self.find(
                 f"{MANIFEST} is missing: the run is still going, or its controller was killed"
             )
@@ -356,13 +365,13 @@ class _Audit:
                         prefix=f"items[{index}].",
                     )
                 )
-        start = _load(self.run_dir / START_RECORD, "start record", self.findings)
+        start = _load(self.files.start, "start record", self.findings)
         if start is not None:
             self.start = _fields(start, START_FIELDS, {}, START_RECORD, self.findings)
         self.approval = self._load_approval()
 
     def _load_approval(self) -> dict | None:
-        data = _load(self.run_dir / APPROVAL_COPY, "approval copy", self.findings)
+        data = _load(self.files.approval_copy, "approval copy", self.findings)
         if data is None:
             return None
         try:
@@ -397,15 +406,16 @@ class _Audit:
             return
         self.findings.extend(_hash_findings(self.run_dir, m))
         listed = {e["path"] for e in m.get("run_files", [])}
-        required = [START_RECORD, APPROVAL_COPY]
+        f = self.files
+        required = [(START_RECORD, f.start), (APPROVAL_COPY, f.approval_copy)]
         if any(set(i.get("phases", {})) & set(FINISHING_PHASES) for i in self.items):
-            required.append(ITEM_LOG)
+            required.append((ITEM_LOG, f.item_log))
         if any(i.get("phases") for i in self.items) or m.get("status") == COMPLETE:
-            required.append(JUNIT)
-        for name in required:
+            required.append((JUNIT, f.junit))
+        for name, path in required:
             if name not in listed:
                 self.find(f"{MANIFEST}: field run_files does not list {name}, a run file")
-                if not (self.run_dir / name).is_file():
+                if not path.is_file():
                     self.find(f"missing file: {name}")
         for item in self.items:
             if "output_dir" in item and not _inside(item["output_dir"]):
@@ -413,6 +423,28 @@ class _Audit:
                     f"{MANIFEST}: item {item.get('nodeid')!r} has output_dir "
                     f"{item['output_dir']!r}, a path outside {ITEMS_DIR}/"
                 )
+
+    def check_extensions(self) -> None:
+        """``environment.extensions``: installed stage kinds, law families and harness kinds
+        the controller loaded, each with its distribution, entry point and file; well-formed
+        or a finding (a manifest written before they were recorded has none: not a finding)."""
+        env = (self.manifest or {}).get("environment")
+        if not isinstance(env, dict) or "extensions" not in env:
+            return
+        from prereg.registry import GROUPS
+
+        where = "environment.extensions"
+        value = env["extensions"]
+        if not _fits(value, MapOf(MapOf(EXTENSION_ORIGIN)), MANIFEST, where, self.findings):
+            return
+        unknown = sorted(set(value) - set(GROUPS))
+        for group in unknown:
+            self.find(
+                f"{MANIFEST}: field {where} names {group!r}, not an extension group "
+                f"(one of {', '.join(GROUPS)})"
+            )
+        if not unknown:
+            self.extensions = value
 
     def check_run_id(self) -> None:
         for name, doc in ((MANIFEST, self.manifest), (START_RECORD, self.start)):
@@ -442,7 +474,7 @@ class _Audit:
                     f"{MANIFEST}: field {mine} is {_short(value)}, but {APPROVAL_COPY} field "
                     f"{'.'.join(theirs)} is {_short(approved)}"
                 )
-        digest = sha256_file(self.run_dir / APPROVAL_COPY)
+        digest = sha256_file(self.files.approval_copy)
         recorded = _dig(m, "approval.sha256")
         if recorded is not _ABSENT and recorded != digest:
             self.find(
@@ -468,7 +500,7 @@ class _Audit:
                         f"{MANIFEST}: field {mine} is {_short(value)}, but {START_RECORD} field "
                         f"{theirs} is {_short(started)}"
                     )
-        copy = self.run_dir / APPROVAL_COPY
+        copy = self.files.approval_copy
         if copy.is_file() and "approval_sha256" in s and sha256_file(copy) != s["approval_sha256"]:
             self.find(
                 f"{START_RECORD}: field approval_sha256 does not match {APPROVAL_COPY}'s SHA-256"
@@ -530,7 +562,7 @@ class _Audit:
                 )
 
     def check_item_log(self) -> None:
-        path = self.run_dir / ITEM_LOG
+        path = self.files.item_log
         if self.manifest is None or not path.is_file():
             return
         by_id = {i["nodeid"]: (n, i) for n, i in enumerate(self.items) if "nodeid" in i}
@@ -581,7 +613,7 @@ class _Audit:
                 )
 
     def check_junit(self) -> None:
-        path = self.run_dir / JUNIT
+        path = self.files.junit
         if self.manifest is None or not path.is_file():
             return
         try:
@@ -648,7 +680,7 @@ class _Audit:
             self.check_refs()
 
     def check_committed(self, source: str) -> None:
-        a, copy = self.approval, self.run_dir / APPROVAL_COPY
+        a, copy = self.approval, self.files.approval_copy
         run_id = self.run_id
         if run_id is not None and copy.is_file():
             rel = f"plans/approvals/{run_id}.json"
@@ -700,11 +732,10 @@ class _Audit:
         run_id = self.run_id
         if run_id is None:
             return
-        for name, ref in (
-            (START_RECORD, ledger.start_ref(run_id)),
-            (MANIFEST, ledger.manifest_ref(run_id)),
+        for name, path, ref in (
+            (START_RECORD, self.files.start, ledger.start_ref(run_id)),
+            (MANIFEST, self.files.manifest, ledger.manifest_ref(run_id)),
         ):
-            path = self.run_dir / name
             try:
                 recorded = ledger.read(self.root, ref)
             except gitrepo.GitError as err:
@@ -880,6 +911,19 @@ def _junit_outcome(case: ET.Element) -> str:
     return "passed"
 
 
+def describe_extensions(extensions: dict | None) -> list[str]:
+    """One line per installed extension a run loaded (its manifest's environment.extensions)."""
+    if extensions is None:
+        return ["extensions: not recorded (or not well-formed) in the manifest"]
+    lines = [
+        f"extension {group} {name!r}: {origin['entry_point']} from {origin['distribution']} "
+        f"({origin['file']})"
+        for group, entries in sorted(extensions.items())
+        for name, origin in sorted(entries.items())
+    ]
+    return lines or ["extensions: none installed were loaded (built-in code only)"]
+
+
 def audit_run(root: Path, run_dir: Path, *, replay: bool = True) -> AuditResult:
     """All findings for one run directory; never raises (an empty result: clean)."""
     root, run_dir = Path(root), Path(run_dir)
@@ -890,6 +934,7 @@ def audit_run(root: Path, run_dir: Path, *, replay: bool = True) -> AuditResult:
     checks = [
         audit.load,
         audit.check_files,
+        audit.check_extensions,
         audit.check_run_id,
         audit.check_against_approval,
         audit.check_against_start,
@@ -919,6 +964,7 @@ def audit_run(root: Path, run_dir: Path, *, replay: bool = True) -> AuditResult:
         replayed=replayed,
         replay_note=note,
         status=status,
+        extensions=audit.extensions,
     )
 
 
@@ -959,6 +1005,7 @@ def audit_run_cached(root: Path, run_dir: Path) -> AuditResult:
             return AuditResult(
                 replay_note=f"replay: not run again; {verdicts.describe(record)}",
                 status=result.status,
+                extensions=result.extensions,
             )
         return result
     result = audit_run(root, run_dir)

@@ -29,6 +29,7 @@ def _pairs(values: list[str], option: str) -> dict[str, str]:
 
 def cmd_approve(args: argparse.Namespace) -> int:
     from prereg.approval import ApprovalError, create_approval
+    from prereg.runs import RunLayout
     from prereg.schema import SchemaError
 
     root = _root()
@@ -54,7 +55,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
     print(f"  git add {rel}")
     print(f"  git commit -m 'Approve {args.run_id}'")
     print(f"  {_tool(root, 'pytest')} --research-stage={args.stage}   # add -n 2 for two workers")
-    print(f"then audit it: {_tool(root, 'prereg')} audit runs/{args.run_id}")
+    folder = RunLayout(root, args.run_id).folder.relative_to(root)
+    print(f"then audit it: {_tool(root, 'prereg')} audit {folder}")
     return 0
 
 
@@ -149,7 +151,7 @@ while both still match, and say it was stale when not (the replay then runs agai
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from prereg.audit import COULD_NOT_AUDIT, audit_run
+    from prereg.audit import COULD_NOT_AUDIT, audit_run, describe_extensions
 
     run_dir = Path(args.run_dir).absolute()
     if args.repo:
@@ -167,6 +169,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"audit of {run_dir.name}: could not audit (run status: {status})")
     else:
         print(f"audit of {run_dir.name}: clean (run status: {status}; {result.replay_note})")
+    if result.status is not None:  # what the controller loaded from installed packages
+        for line in describe_extensions(result.extensions):
+            print(f"  {line}")
     for problem in result:
         print(f"  - {problem}")
     if result.findings and result.replay_note:

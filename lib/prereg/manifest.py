@@ -28,20 +28,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from prereg import gitrepo, provenance
+from prereg import gitrepo, provenance, registry
 from prereg.hashing import canonical_json, file_entries, sha256_file, write_json
-from prereg.runs import (
-    APPROVAL_COPY,
-    COMPLETE,
-    INCOMPLETE,
-    ITEM_LOG,
-    ITEMS_DIR,
-    JUNIT,
-    MANIFEST,
-    START_RECORD,
-    SUMMARY_DIR,
-    progress_log,
-)
+from prereg.runs import COMPLETE, INCOMPLETE, ITEM_LOG, RunFolder, RunLayout
 
 FORMAT = "prereg-manifest-1"
 
@@ -67,9 +56,10 @@ def start_record(
 
 def write_start_record(run_dir: Path, *, record: dict, approval_path: Path) -> None:
     """Lay out the run folder of a run id just spent in git: the approval copy and start.json."""
-    run_dir.mkdir(parents=True, exist_ok=False)
-    shutil.copyfile(approval_path, run_dir / APPROVAL_COPY)
-    write_json(run_dir / START_RECORD, record)
+    files = RunFolder(run_dir)
+    files.folder.mkdir(parents=True, exist_ok=False)
+    shutil.copyfile(approval_path, files.approval_copy)
+    write_json(files.start, record)
 
 
 # Disk space held from the start of a run for its end (junit.xml and the manifest), so a
@@ -82,7 +72,7 @@ RESERVE_CAP_BYTES = 64 << 20
 def reserve_space(root: Path, run_id: str, items: int) -> Path | None:
     """Hold disk space on the filesystem of ``runs/`` (a file beside the progress log,
     outside the hashed run folder); None when even that cannot be had (best effort)."""
-    path = progress_log(root, run_id).with_suffix(".reserve")
+    path = RunLayout(root, run_id).reserve
     size = min(RESERVE_BASE_BYTES + RESERVE_PER_ITEM_BYTES * items, RESERVE_CAP_BYTES)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -158,7 +148,7 @@ def append_item(run_dir: Path, entry: dict) -> str | None:
         return f"{ITEM_LOG}: the record of {nodeid} is not JSON ({err}); it is not in the log"
     size = None
     try:
-        fd = os.open(run_dir / ITEM_LOG, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(RunFolder(run_dir).item_log, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as err:
         return f"{ITEM_LOG}: could not open it to append the record of {nodeid}: {err}"
     try:
@@ -187,7 +177,7 @@ def read_item_log(run_dir: Path) -> tuple[list[dict], list[str]]:
     A last line without its newline is a record torn by a crash or a full disk: it is
     skipped and named as torn. A missing log gives no records and no problems.
     """
-    path = Path(run_dir) / ITEM_LOG
+    path = RunFolder(run_dir).item_log
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -243,7 +233,7 @@ def hash_item_folders(
     item claims) gets the hashes of what its folder holds now, so a partial output is
     recorded, never an extra file. ``folder_of`` maps a node id to its folder name.
     """
-    base = Path(run_dir) / ITEMS_DIR
+    base = RunFolder(run_dir).items_dir
     by_folder = {}
     for item in items:
         by_folder[item.get("output_dir") or folder_of(item["nodeid"])] = item
@@ -254,7 +244,8 @@ def hash_item_folders(
         present = every_file(folder)
         item = by_folder.get(folder.name)
         if item is None:
-            item = {"nodeid": f"(no item of this run: {ITEMS_DIR}/{folder.name})", "phases": {}}
+            unclaimed = RunFolder.item_folder(folder.name)
+            item = {"nodeid": f"(no item of this run: {unclaimed})", "phases": {}}
             item["outcome"] = "unknown"
             extra.append(item)
         recorded = item.get("outputs")
@@ -271,7 +262,13 @@ def hash_item_folders(
 def environment(
     plugins: dict[str, list[str]], imported: dict[str, str], threads: dict, execution: dict
 ) -> dict:
-    """The manifest's ``environment``; ``execution`` is :func:`prereg.execution.record` at the gate."""
+    """The manifest's ``environment``; ``execution`` is :func:`prereg.execution.record` at the gate.
+
+    ``extensions``: every installed extension (stage kind, law family, harness kind) this
+    controller loaded, e.g. while the gate parsed the kind's settings or the summary ran:
+    group -> name -> distribution, entry point and file (:func:`prereg.registry.loaded_origins`;
+    the project's built-in entries are tracked code and never listed).
+    """
     return {
         "interpreter": sys.executable,
         "python": platform.python_version(),
@@ -282,6 +279,7 @@ def environment(
         "thread_settings": threads,
         "pytest_plugins": plugins,
         "execution": execution,
+        "extensions": registry.loaded_origins(),
         "host": socket.gethostname(),
     }
 
@@ -303,9 +301,9 @@ def build_manifest(
 ) -> dict:
     budget = stage_spec["budget_seconds"]
     status = COMPLETE if not reasons else INCOMPLETE
-    tracked = {START_RECORD, APPROVAL_COPY, ITEM_LOG, JUNIT}
-    run_files = [e for e in file_entries(run_dir) if e["path"] in tracked]
-    summary = every_file(run_dir / SUMMARY_DIR) if (run_dir / SUMMARY_DIR).exists() else []
+    files = RunFolder(run_dir)
+    run_files = [e for e in file_entries(files.folder) if e["path"] in files.RUN_FILES]
+    summary = every_file(files.summary_dir) if files.summary_dir.exists() else []
     return {
         "format": FORMAT,
         "stage": start["stage"],
@@ -359,7 +357,7 @@ def settle(manifest: dict) -> dict:
 def write_manifest(run_dir: Path, manifest: dict) -> bytes:
     """Write ``manifest.json`` atomically (settled first); return the bytes written."""
     data = canonical_json(settle(manifest)).encode("utf-8")
-    _write_atomic(Path(run_dir) / MANIFEST, data)
+    _write_atomic(RunFolder(run_dir).manifest, data)
     return data
 
 
@@ -412,14 +410,13 @@ def minimal_manifest(
     and ``manifest_error`` naming what failed.
     """
     start = start or {}
-    files = {START_RECORD, APPROVAL_COPY, ITEM_LOG, JUNIT}
+    files = RunFolder(run_dir)
     try:
-        run_files = [e for e in file_entries(run_dir) if e["path"] in files]
+        run_files = [e for e in file_entries(files.folder) if e["path"] in files.RUN_FILES]
     except OSError as err:
         run_files, reasons = [], [*reasons, f"the run files could not be hashed: {err}"]
     try:
-        summary_dir = Path(run_dir) / SUMMARY_DIR
-        partial = every_file(summary_dir) if summary_dir.exists() else []
+        partial = every_file(files.summary_dir) if files.summary_dir.exists() else []
     except OSError as err:
         partial, reasons = [], [*reasons, f"the summary files could not be hashed: {err}"]
     return {
@@ -469,7 +466,3 @@ def describe(err: BaseException) -> str:
     frames = traceback.extract_tb(err.__traceback__)
     where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
     return f"{type(err).__name__}: {err}{where}"
-
-
-def format_exception() -> str:
-    return traceback.format_exc()

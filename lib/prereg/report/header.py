@@ -124,6 +124,20 @@ def deviations_table(deviations: list[dict] | None) -> str:
     )
 
 
+def _extensions_text(extensions: object) -> str:
+    """The installed stage kinds, law families and harness kinds the controller loaded."""
+    if not isinstance(extensions, dict):
+        return f"malformed: {extensions!r}"
+    entries = [
+        f"{group} {name}: {origin.get('entry_point')} from {origin.get('distribution')}"
+        if isinstance(origin, dict)
+        else f"{group} {name}: malformed"
+        for group, named in sorted(extensions.items())
+        for name, origin in sorted(named.items() if isinstance(named, dict) else [])
+    ]
+    return "; ".join(entries) or "none (built-in code only)"
+
+
 def environment_block(env: dict) -> str:
     pairs = [
         ("python", f"{env.get('python')} ({env.get('implementation')})"),
@@ -135,6 +149,8 @@ def environment_block(env: dict) -> str:
             ", ".join(f"{k}: {v}" for k, v in sorted(env.get("thread_settings", {}).items())),
         ),
     ]
+    if "extensions" in env:  # manifests written before extensions were recorded have none
+        pairs.append(("installed extensions", _extensions_text(env["extensions"])))
     packages = env.get("packages_imported", {})
     body = h.key_values(pairs)
     body += h.details(
