@@ -91,7 +91,7 @@ def make_toy_runs(root: Path) -> ToyRuns:
 
     module = root / "experiments" / "test_calibration.py"
     text = module.read_text()
-    call = "    calibration.run_simulation_item(research.plan, simulation_cell, rng, research.outputs)\n"
+    call = "    calibration.run_simulation_item(research.settings, simulation_cell, rng, research.outputs)\n"
     assert call in text, "experiments/test_calibration.py changed: update the report checks"
     module.write_text(
         text.replace(
