@@ -27,6 +27,7 @@ from typing import Any, Callable
 from prereg import registry
 from prereg.hashing import read_json
 from prereg.runs import RunLayout
+from prereg.schema import SchemaError
 
 ENTRY_POINT_GROUP = registry.STAGE_KINDS
 
@@ -72,7 +73,12 @@ class StageKind:
     def check(self, plan: object, stage: str) -> None:
         """Validate the stage's plan entry: the typed settings parse, then ``validate``."""
         if self.settings is not None:
-            self.settings(plan.data, stage)
+            try:
+                self.settings(plan.data, stage)
+            except ValueError as error:
+                if str(plan.path) in str(error):
+                    raise
+                raise SchemaError(f"{plan.path}: {error}") from error
         self.validate(plan, stage)
 
 

@@ -29,10 +29,9 @@ from prereg.rp002a.settings import (
     CalibrationPlan,
     parse_calibration,
     renderer,
-    rp002a_kind,
 )
 from prereg.seeds import derivation, numpy_generator
-from prereg.stages import RunView, coordinate_key
+from prereg.stages import RunView, StageKind, coordinate_key
 from prereg.stats.calibration import (
     CalibrationSettings,
     SimulationCell,
@@ -370,9 +369,9 @@ def to_record_settings(settings) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(settings).items()}
 
 
-KIND = rp002a_kind(
-    "rp002a.calibration",
-    parse_calibration,
+KIND = StageKind(
+    name="rp002a.calibration",
+    settings=parse_calibration,
     item_key=item_key,
     summarise=summarise,
     replay=replay,

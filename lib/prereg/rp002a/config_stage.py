@@ -27,9 +27,8 @@ from prereg.rp002a.settings import (
     ConfigPlan,
     parse_config,
     renderer,
-    rp002a_kind,
 )
-from prereg.stages import RunView
+from prereg.stages import RunView, StageKind
 from prereg.stats import planning
 
 STAGE = "confirmatory-config"
@@ -193,9 +192,9 @@ def replay(view: RunView) -> list[str]:
     return findings
 
 
-KIND = rp002a_kind(
-    "rp002a.confirmatory-config",
-    parse_config,
+KIND = StageKind(
+    name="rp002a.confirmatory-config",
+    settings=parse_config,
     item_key=item_key,
     summarise=summarise,
     replay=replay,

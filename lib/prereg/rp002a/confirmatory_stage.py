@@ -24,8 +24,8 @@ from pathlib import Path
 from prereg.hashing import canonical_json, read_json, write_json
 from prereg.rp002a import config_stage, variance_stage
 from prereg.rp002a import units as unitlib
-from prereg.rp002a.settings import ConfirmatoryPlan, parse_confirmatory, renderer, rp002a_kind
-from prereg.stages import RunView
+from prereg.rp002a.settings import ConfirmatoryPlan, parse_confirmatory, renderer
+from prereg.stages import RunView, StageKind
 from prereg.stats.decisions import contrast_verdict
 from prereg.stats.intervals import replicate_mean_t_interval
 
@@ -203,9 +203,9 @@ def replay(view: RunView) -> list[str]:
     return findings
 
 
-KIND = rp002a_kind(
-    "rp002a.confirmatory",
-    parse_confirmatory,
+KIND = StageKind(
+    name="rp002a.confirmatory",
+    settings=parse_confirmatory,
     item_key=unitlib.unit_key,
     gate_check=gate_check,
     summarise=summarise,

@@ -29,7 +29,6 @@ from prereg.schema import (
     UnitInterval,
     validate,
 )
-from prereg.stages import StageKind
 from prereg.stats.laws import LAW_NAMES
 
 CALIBRATION = "calibration"
@@ -488,30 +487,6 @@ def parse_config(plan_data: dict, stage: str, *, source: str | None = None) -> C
 
 
 # -- the kinds' glue ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RP002AKind(StageKind):
-    """An RP002A stage kind: its ``check`` parses the settings naming the plan's file.
-
-    :attr:`StageKind.settings` sees only the plan's data, so its refusals name the plan by
-    id; checking a loaded plan (``prereg approve``, the gate) names its file instead.
-    """
-
-    parse: Any = None  # (plan_data, stage, *, source) -> the stage's settings
-
-    def check(self, plan: object, stage: str) -> None:
-        self.parse(plan.data, stage, source=str(plan.path))
-        self.validate(plan, stage)
-
-
-def rp002a_kind(name: str, parse, **fields) -> RP002AKind:
-    """An RP002A kind whose ``settings`` are ``parse(plan_data, stage)``."""
-
-    def settings(plan_data: dict, stage: str) -> object:
-        return parse(plan_data, stage)
-
-    return RP002AKind(name=name, settings=settings, parse=parse, **fields)
 
 
 def renderer(target: str):

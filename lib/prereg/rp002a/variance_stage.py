@@ -25,10 +25,9 @@ from prereg.rp002a.settings import (
     VariancePlan,
     parse_variance,
     renderer,
-    rp002a_kind,
 )
 from prereg.seeds import derivation, numpy_generator
-from prereg.stages import RunView
+from prereg.stages import RunView, StageKind
 
 SUMMARY = "variance_summary.json"
 SUMMARY_TEXT = "SUMMARY.md"
@@ -250,9 +249,9 @@ def run_unit_item(research, unit: unitlib.Unit) -> dict:
     )
 
 
-KIND = rp002a_kind(
-    "rp002a.target-variance",
-    parse_variance,
+KIND = StageKind(
+    name="rp002a.target-variance",
+    settings=parse_variance,
     item_key=unitlib.unit_key,
     summarise=summarise,
     replay=replay,
