@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from prereg.report import html as h
 from prereg.report import plots
 from prereg.report.model import RunRecord, missing_items, peak_memory
-from prereg.report.sections import SectionContext, register_section, section_for
+from prereg.report.sections import SectionContext, section_for
 
 pytestmark = pytest.mark.software
 
@@ -164,16 +164,21 @@ def test_missing_items_counts_what_did_not_pass(outcomes):
     assert missing.expected == 10
 
 
-def test_a_registered_section_renderer_is_used_for_its_kind():
+def test_a_kind_renders_its_own_section_and_an_unknown_or_silent_kind_none():
+    from prereg.stages import BUILT_IN_KINDS, StageKind, load_kind, register_kind
+
     def renderer(context: SectionContext) -> str:
         return "<section>custom</section>"
 
-    register_section("report-check.custom", renderer)
+    register_kind(StageKind(name="report-check.custom", render=renderer))
+    register_kind(StageKind(name="report-check.silent"))
     assert section_for("report-check.custom") is renderer
+    assert section_for("report-check.silent") is None  # header and items only
     assert section_for("report-check.unknown") is None
-    assert section_for("rp002a.calibration").__name__ == "render_calibration"
-    with pytest.raises(TypeError, match="renderer for kind 'x' must be callable"):
-        register_section("x", "not a function")
+    assert section_for("plain") is None
+    assert section_for(None) is None
+    for name in BUILT_IN_KINDS:  # every project kind renders its own section
+        assert section_for(name) is load_kind(name).render is not None, name
 
 
 def test_sort_script_and_page_need_no_network():

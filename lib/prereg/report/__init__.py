@@ -1,9 +1,9 @@
 """Reports an auditor reads: one self-contained HTML page per run, and an index of all runs.
 
 ``prereg report runs/<run-id>`` writes ``runs/reports/<run-id>.html``; ``prereg runs`` lists
-every run (``--json`` for scripts). Stage results come from one small renderer per stage
-kind (:mod:`prereg.report.sections`); an incomplete run shows its failure record and never
-a complete-stage aggregate.
+every run (``--json`` for scripts). Stage results come from the stage kind's own renderer
+(``StageKind.render``; :mod:`prereg.report.sections`); an incomplete run shows its failure
+record and never a complete-stage aggregate.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from prereg.report.render import (
     write_index,
     write_report,
 )
-from prereg.report.sections import SectionContext, register_section
+from prereg.report.sections import SectionContext, section_for
 
 __all__ = [
     "RunRecord",
@@ -27,11 +27,11 @@ __all__ = [
     "every_run",
     "index_rows",
     "load_run",
-    "register_section",
     "render_index",
     "render_report",
     "report_path",
     "reports_dir",
+    "section_for",
     "write_index",
     "write_report",
 ]

@@ -97,8 +97,9 @@ def render_report(
                 h.section(
                     "Stage results",
                     h.paragraph(
-                        f"No report section is registered for stage kind {kind!r}; the summary files are "
-                        f"listed in the manifest."
+                        f"Stage kind {kind!r} renders no report section here (it is not known "
+                        "here, or its StageKind has no render); the summary files are listed in "
+                        "the manifest."
                     ),
                     section_id="stage",
                 )
