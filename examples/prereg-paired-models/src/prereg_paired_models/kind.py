@@ -75,8 +75,9 @@ def compute(settings: Settings, replicate: int, rng) -> tuple[dict, dict]:
 
 
 def run_item(research, replicate: int) -> None:
-    """The item of one replicate (``research`` is the item's prereg ItemContext)."""
-    settings = parse_settings(research.plan, research.stage)
+    """The item of one replicate (``research`` is the item's prereg ItemContext, whose
+    ``settings`` are this kind's typed settings of the stage)."""
+    settings: Settings = research.settings
     research.coords(replicate=replicate)
     rng = research.numpy_generator(*seed_coords(replicate))
     record, predictions = compute(settings, replicate, rng)
