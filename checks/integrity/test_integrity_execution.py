@@ -570,3 +570,39 @@ def test_the_manifest_records_the_execution_environment(toy):
     mine = [p for p in plugins.values() if p["module"] == "prereg.plugin"]
     assert mine and mine[0]["sha256"] == sha256(Path(prereg.plugin.__file__))
     assert "conftest.py" in {Path(p["file"]).name for p in plugins.values() if p["file"]}
+
+
+def test_console_scripts_are_accounted_for_by_their_record(tmp_path, monkeypatch):
+    """``.venv/bin/pytest`` is __main__ of a run started as the README says: pip wrote it and
+    listed it, with its hash, in pytest's RECORD. An edited copy is refused."""
+    site = tmp_path / "lib" / "site-packages"
+    script = "#!/usr/bin/python\nfrom tool import main\nmain()\n"
+    _fake_distribution(site, "tool", {"../../bin/tool": script}, {})
+    monkeypatch.setattr(execution, "site_dirs", lambda: [str(site.resolve())])
+    monkeypatch.setattr(execution, "scripts_dir", lambda: str((tmp_path / "bin").resolve()))
+    env = execution.Environment.read(REPO)
+    path = str((tmp_path / "bin" / "tool").resolve())
+    assert env.account(path) is None
+    (tmp_path / "bin" / "tool").write_text(script + "import os\n")
+    assert "differs from the RECORD of tool" in (env.account(path) or ""), env.account(path)
+    stray = tmp_path / "bin" / "stray"
+    stray.write_text(script)
+    assert env.account(str(stray.resolve())) is not None, "a script no RECORD lists is refused"
+
+
+def test_a_run_started_from_the_venv_console_scripts_passes_the_gate(toy):
+    """The README's researcher commands start ``.venv/bin/pytest`` and ``.venv/bin/prereg``."""
+    bin_dir = Path(sys.executable).parent
+    assert_runs(
+        toy, toy.run(str(bin_dir / "pytest"), "-p", "no:cacheprovider", "--research-stage=toy")
+    )
+    again = toy.run(
+        str(bin_dir / "prereg"),
+        "approve",
+        "--stage",
+        "toy",
+        "--run-id",
+        "toy-20261130-002",
+        "--accept-deviations",
+    )
+    assert again.returncode == 0, again.stdout + again.stderr

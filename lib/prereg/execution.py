@@ -115,6 +115,11 @@ def site_dirs() -> list[str]:
     return sorted({_real(d) for d in dirs if os.path.isdir(d)})
 
 
+def scripts_dir() -> str:
+    """Where pip writes console scripts (``.venv/bin``); each is listed in its RECORD."""
+    return _real(sysconfig.get_path("scripts"))
+
+
 def stdlib_dirs() -> list[str]:
     """The running interpreter's standard library folders (``site-packages`` excluded)."""
     base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
@@ -346,6 +351,8 @@ class Environment:
         """Why the code in ``path`` is not accounted for, or None when it is."""
         if any(_under(path, d) for d in self.sites):
             return self.installed.check(path)
+        if _under(path, scripts_dir()) and self.installed.owner(path) is not None:
+            return self.installed.check(path)  # a console script (.venv/bin/pytest) pip wrote
         for checkout in self.checkouts:
             if _under(path, checkout.top):
                 return checkout.check(path)
