@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from prereg import gate, ledger
 from prereg.hashing import canonical_json, sha256_file
-from prereg.runs import RunIdError, run_dir, valid_run_id
+from prereg.runs import RunFolder, RunIdError, RunLayout, item_dir_name, run_dir, valid_run_id
 from prereg.testing import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
@@ -69,6 +69,61 @@ def test_run_dir_is_always_one_folder_below_runs(text):
     else:
         with pytest.raises(RunIdError):
             run_dir(root, text)
+
+
+@given(st.text(max_size=40))
+def test_every_path_beside_a_run_folder_is_built_from_a_valid_run_id_only(text):
+    if valid_run_id(text):
+        layout = RunLayout(Path("/repo"), text)
+        for path in (layout.progress_log, layout.reserve, layout.verdict, layout.report):
+            assert path.parent.parent == Path("/repo/runs") and path.name.startswith(text)
+    else:
+        with pytest.raises(RunIdError):
+            RunLayout(Path("/repo"), text)
+
+
+def test_the_run_layout_is_the_one_on_disk(tmp_path):
+    """The file names a run leaves (README, the audit, other tools read them): one place."""
+    layout = RunLayout(tmp_path, RUN)
+    named = {
+        "folder": layout.folder,
+        "start": layout.start,
+        "manifest": layout.manifest,
+        "item_log": layout.item_log,
+        "junit": layout.junit,
+        "approval_copy": layout.approval_copy,
+        "items_dir": layout.items_dir,
+        "item_dir": layout.item_dir("test_cell[a]"),
+        "summary_dir": layout.summary_dir,
+        "progress_log": layout.progress_log,
+        "reserve": layout.reserve,
+        "verdict": layout.verdict,
+        "report": layout.report,
+    }
+    assert {k: p.relative_to(tmp_path).as_posix() for k, p in named.items()} == {
+        "folder": f"runs/{RUN}",
+        "start": f"runs/{RUN}/start.json",
+        "manifest": f"runs/{RUN}/manifest.json",
+        "item_log": f"runs/{RUN}/items.jsonl",
+        "junit": f"runs/{RUN}/junit.xml",
+        "approval_copy": f"runs/{RUN}/approval.json",
+        "items_dir": f"runs/{RUN}/items",
+        "item_dir": f"runs/{RUN}/items/test_cell[a]",
+        "summary_dir": f"runs/{RUN}/summary",
+        "progress_log": f"runs/progress/{RUN}.log",
+        "reserve": f"runs/progress/{RUN}.reserve",
+        "verdict": f"runs/audits/{RUN}.json",
+        "report": f"runs/reports/{RUN}.html",
+    }
+    assert RunLayout.of(layout.folder) == layout
+    assert RunFolder.RUN_FILES == ("start.json", "approval.json", "items.jsonl", "junit.xml")
+    assert RunFolder.item_file("test_cell[a]", "r.json") == "items/test_cell[a]/r.json"
+    assert RunFolder.summary_file("s.json") == "summary/s.json"
+    copied = RunFolder(tmp_path / "a copy, renamed")  # read by path: no run id needed
+    assert copied.manifest == tmp_path / "a copy, renamed" / "manifest.json"
+    assert item_dir_name("experiments/test_toy.py::test_cell[a b/c]") == "test_cell[a_b_c]"
+    with pytest.raises(AttributeError):
+        layout.run_id = NEXT
 
 
 @given(
