@@ -19,6 +19,7 @@ from pathlib import Path
 from prereg import gitrepo
 from prereg.demo_steps import STEPS, DemoStep
 from prereg.hashing import read_json
+from prereg.runs import RunLayout, reports_index
 
 
 class DemoFailed(RuntimeError):
@@ -91,7 +92,7 @@ def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = N
                 pytest_cmd += ["-n", str(step.workers)]
             _run(pytest_cmd, clone, env)
             _run([py, "-m", "prereg.cli", "audit", f"runs/{run_id}"], clone, env)
-            done_runs.append(clone / "runs" / run_id)
+            done_runs.append(RunLayout(clone, run_id))
             if step.after:
                 step.after(clone, run_id)
     except DemoFailed as err:
@@ -104,10 +105,10 @@ def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = N
         return 1
     print("\n=== demo finished: every stage complete and audited clean ===")
     for run in done_runs:
-        manifest = read_json(run / "manifest.json", what="manifest")
-        print(f"  {manifest['stage']:<22} {manifest['status']:<10} {run / 'manifest.json'}")
-        if (run / "summary").exists():
-            print(f"  {'':<22} {'summary':<10} {run / 'summary'}")
-        print(f"  {'':<22} {'report':<10} {clone / 'runs' / 'reports' / (run.name + '.html')}")
-    print(f"  runs index: {clone / 'runs' / 'reports' / 'index.html'}")
+        manifest = read_json(run.manifest, what="manifest")
+        print(f"  {manifest['stage']:<22} {manifest['status']:<10} {run.manifest}")
+        if run.summary_dir.exists():
+            print(f"  {'':<22} {'summary':<10} {run.summary_dir}")
+        print(f"  {'':<22} {'report':<10} {run.report}")
+    print(f"  runs index: {reports_index(clone)}")
     return 0

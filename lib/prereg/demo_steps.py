@@ -13,6 +13,7 @@ from typing import Callable
 from prereg import gitrepo
 from prereg.e04.demo_inputs import DEMO_PLAN as E04_DEMO
 from prereg.e04.demo_inputs import prepare_e04_demo
+from prereg.runs import RunLayout
 
 RP002A_DEMO = "plans/demo/STATISTICAL_PIPELINE_PLAN.json"
 
@@ -30,7 +31,7 @@ class DemoStep:
 
 def _show(name: str) -> object:
     def show(clone: Path, run_id: str) -> None:
-        print((clone / "runs" / run_id / "summary" / name).read_text(encoding="utf-8"))
+        print((RunLayout(clone, run_id).summary_dir / name).read_text(encoding="utf-8"))
 
     return show
 

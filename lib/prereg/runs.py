@@ -95,6 +95,11 @@ def reports_dir(root: Path) -> Path:
     return runs_dir(root) / "reports"
 
 
+def reports_index(root: Path) -> Path:
+    """The page listing every run and refusal (``prereg report --all``)."""
+    return reports_dir(root) / "index.html"
+
+
 def item_dir_name(nodeid: str) -> str:
     """The folder under ``runs/<run-id>/items/`` of the item ``nodeid``."""
     return re.sub(r"[^A-Za-z0-9._=+\[\]-]", "_", nodeid.split("::", 1)[-1])

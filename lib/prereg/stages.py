@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from prereg import registry
 from prereg.hashing import read_json
-from prereg.runs import RunLayout
+from prereg.runs import RunFolder
 from prereg.schema import SchemaError
 
 ENTRY_POINT_GROUP = registry.STAGE_KINDS
@@ -100,8 +100,8 @@ class RunView:
         return load_kind(self.plan.stage(self.stage)["kind"])
 
     @property
-    def layout(self) -> RunLayout:
-        return RunLayout.of(self.run_dir)
+    def layout(self) -> RunFolder:
+        return RunFolder(self.run_dir)
 
     @property
     def parameters(self) -> dict:

@@ -125,7 +125,7 @@ def _vector_findings(
             f"not available here ({err}); rankings were rebuilt from the bound vectors only"
         )
         return []
-    manifest = view.run_dir / "manifest.json"
+    manifest = view.layout.manifest
     seed_text = sha256_file(manifest) if manifest.is_file() else view.run_dir.name
     gold = {t.task_id: t.gold_files for t in loaded.task_file.tasks}
     sample = reembed_sample(texts, deciding_keys(texts, gold, settings), seed_text)

@@ -22,6 +22,7 @@ import numpy as np
 from prereg.e04.backends import TokenHashBackend
 from prereg.e04.embeddings import identity_sha256
 from prereg.e04.synthetic import SyntheticFixture, make_synthetic_repository
+from prereg.runs import refusals_dir
 from prereg.seeds import numpy_generator
 from prereg.testing import ScratchProject
 
@@ -84,7 +85,7 @@ class E04Project(ScratchProject):
 
     def refusals(self) -> list[dict]:
         """The refusal records under runs/refusals/, oldest first."""
-        folder = self.root / "runs" / "refusals"
+        folder = refusals_dir(self.root)
         return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
     @property

@@ -16,7 +16,7 @@ from prereg.report import header
 from prereg.report import html as h
 from prereg.report.model import NO_MANIFEST, REFUSED, RunRecord, load_run, plan_at_run, refusals
 from prereg.report.sections import SectionContext, section_for
-from prereg.runs import RunLayout, all_runs, reports_dir, valid_run_id
+from prereg.runs import RunLayout, all_runs, reports_dir, reports_index, valid_run_id
 
 AUDIT_MODES = ("full", "cached", "none")
 
@@ -187,7 +187,7 @@ def render_index(rows: list[dict], *, now: str | None = None) -> str:
 
 
 def write_index(root: Path, rows: list[dict]) -> Path:
-    path = reports_dir(root) / "index.html"
+    path = reports_index(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_index(rows), encoding="utf-8")
     return path

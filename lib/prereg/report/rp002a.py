@@ -13,6 +13,7 @@ from prereg.hashing import read_json
 from prereg.report import html as h
 from prereg.report import plots
 from prereg.report.sections import SectionContext
+from prereg.runs import RunFolder
 
 VARIANCE_SUMMARY = "variance_summary.json"
 CONFIG = "CONFIRMATORY_CONFIG.json"
@@ -24,7 +25,7 @@ NATS = "nats"
 def _units(context: SectionContext) -> list[dict]:
     units = []
     for item in context.record.items:
-        path = context.record.path / "items" / item["output_dir"] / UNIT
+        path = RunFolder(context.record.path).item_dir(item["output_dir"]) / UNIT
         if path.is_file():
             units.append(read_json(path, what=f"unit record of {item['nodeid']}"))
     return units

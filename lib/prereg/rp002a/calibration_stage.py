@@ -30,6 +30,7 @@ from prereg.rp002a.settings import (
     parse_calibration,
     renderer,
 )
+from prereg.runs import RunFolder
 from prereg.seeds import derivation, numpy_generator
 from prereg.stages import RunView, StageKind, coordinate_key
 from prereg.stats.calibration import (
@@ -319,7 +320,7 @@ def summarise(view: RunView) -> None:
 
 
 def load_summary(run_dir: Path) -> dict:
-    return read_json(Path(run_dir) / "summary" / SUMMARY, what="calibration summary")
+    return read_json(RunFolder(run_dir).summary_dir / SUMMARY, what="calibration summary")
 
 
 # -- replay -------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from prereg.rp002a.settings import (
     parse_config,
     renderer,
 )
+from prereg.runs import RunFolder
 from prereg.stages import RunView, StageKind
 from prereg.stats import planning
 
@@ -53,12 +54,13 @@ def output_path(root: Path, settings: ConfigPlan) -> Path:
 
 
 def _binding(run_dir: Path) -> dict:
-    manifest = read_json(run_dir / "manifest.json", what="manifest")
+    path = RunFolder(run_dir).manifest
+    manifest = read_json(path, what="manifest")
     return {
         "run_id": manifest["run_id"],
         "stage": manifest["stage"],
         "status": manifest["status"],
-        "manifest_sha256": sha256_file(run_dir / "manifest.json"),
+        "manifest_sha256": sha256_file(path),
         "approval_sha256": manifest["approval"]["sha256"],
         "plan_sha256": manifest["plan"]["sha256"],
         "source_commit": manifest["source_commit"],
@@ -93,8 +95,8 @@ def derive_config(
         inflation=settings.decision.primary_inflation,
         target_half_width=settings.target_half_width_nats,
     )
-    cal_summary = cal_dir / "summary" / calibration_stage.SUMMARY
-    var_summary = var_dir / "summary" / variance_stage.SUMMARY
+    cal_summary = RunFolder(cal_dir).summary_dir / calibration_stage.SUMMARY
+    var_summary = RunFolder(var_dir).summary_dir / variance_stage.SUMMARY
     return {
         "format": FORMAT,
         "plan_id": settings.plan_id,
@@ -180,7 +182,7 @@ def replay(view: RunView) -> list[str]:
     if findings:
         return findings
     ((_, item, _),) = pairs
-    manifest = read_json(view.run_dir / "manifest.json", what="manifest")
+    manifest = read_json(view.layout.manifest, what="manifest")
     required = {stage: view.required_run(stage) for stage in view.approval["requires"]}
     fresh = derive_config(
         view.settings, required, source_commit=manifest["source_commit"], root=view.root

@@ -25,6 +25,7 @@ from prereg.hashing import canonical_json, read_json, write_json
 from prereg.rp002a import config_stage, variance_stage
 from prereg.rp002a import units as unitlib
 from prereg.rp002a.settings import ConfirmatoryPlan, parse_confirmatory, renderer
+from prereg.runs import RunFolder, RunLayout
 from prereg.stages import RunView, StageKind
 from prereg.stats.decisions import contrast_verdict
 from prereg.stats.intervals import replicate_mean_t_interval
@@ -70,7 +71,7 @@ def gate_check(root: Path, plan, stage: str, approval: dict) -> list[str]:
     bound = approval["requires"].get(config_stage.STAGE)
     if bound is None:
         return [f"the approval does not consume a {config_stage.STAGE} run"]
-    derived = Path(root) / "runs" / bound["run_id"] / "summary" / config_stage.CONFIG
+    derived = RunLayout(root, bound["run_id"]).summary_dir / config_stage.CONFIG
     if not derived.exists() or derived.read_bytes() != path.read_bytes():
         return [
             f"{path.relative_to(root)} is not the configuration derived by run {bound['run_id']}"
@@ -173,7 +174,9 @@ def decision_table_text(result: dict) -> str:
 
 def _config(view: RunView) -> dict:
     required = view.required_run(config_stage.STAGE)
-    return read_json(required / "summary" / config_stage.CONFIG, what="frozen configuration")
+    return read_json(
+        RunFolder(required).summary_dir / config_stage.CONFIG, what="frozen configuration"
+    )
 
 
 def summarise(view: RunView) -> None:

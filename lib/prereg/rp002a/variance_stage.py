@@ -26,6 +26,7 @@ from prereg.rp002a.settings import (
     parse_variance,
     renderer,
 )
+from prereg.runs import RunFolder
 from prereg.seeds import derivation, numpy_generator
 from prereg.stages import RunView, StageKind
 
@@ -153,7 +154,7 @@ def summarise(view: RunView) -> None:
 
 
 def load_summary(run_dir: Path) -> dict:
-    return read_json(Path(run_dir) / "summary" / SUMMARY, what="target-variance summary")
+    return read_json(RunFolder(run_dir).summary_dir / SUMMARY, what="target-variance summary")
 
 
 # -- replay ---------------------------------------------------------------------------------
