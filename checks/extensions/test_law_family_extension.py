@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from prereg import execution, registry
-from prereg.rp002a import laws
+from prereg.rp002a import laws, scratch
 from prereg.rp002a.laws import HIDDEN_MARKOV_ERASURE, LawError, LawRegistry, law_registry
 from prereg.runs import RunLayout
 from prereg.testing import ScratchProject
@@ -198,15 +198,6 @@ def test_an_unknown_family_lists_the_known_ones_and_how_to_add_one(site):
 # -- end to end: a research run uses the installed family ----------------------------------
 
 
-def _pipelinerepo():
-    spec = importlib.util.spec_from_file_location(
-        "extensions_pipelinerepo", REPO / "checks" / "pipeline" / "pipelinerepo.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _dataset_law(item_dir: Path) -> dict:
     with zipfile.ZipFile(item_dir / "datasets.npz") as archive:
         return json.loads(archive.read("metadata.json"))["law"]
@@ -215,17 +206,16 @@ def _dataset_law(item_dir: Path) -> dict:
 @pytest.mark.slow  # a scratch clone's research run collects the whole repository (~30 s)
 def test_a_research_run_uses_the_installed_family(tmp_path):
     dist = _installed_example()
-    repo = _pipelinerepo()
-    plan = repo.tiny_plan()
+    plan = scratch.tiny_plan()
     plan["parameters"]["worlds"]["E1"] = dict(STICKY_E1)
     plan["stages"]["target-variance"]["parameters"]["replicates"] = 2
-    root = repo.scratch_clone(tmp_path, plan)
+    root = scratch.scratch_clone(tmp_path, plan)
     project = ScratchProject(root)
     env = {"PYTHONPATH": str(root / "lib")}
     run_id = "target-variance-20261201-001"
     project.run(
         sys.executable, "-m", "prereg.cli", "approve", "--stage", "target-variance",
-        "--run-id", run_id, "--plan", repo.TINY, "--accept-deviations", check=True, env=env,
+        "--run-id", run_id, "--plan", scratch.TINY, "--accept-deviations", check=True, env=env,
     )  # fmt: skip
     project.git("add", "plans/approvals")
     project.git("commit", "-q", "-m", f"Approve {run_id}")

@@ -3,7 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pipelinerepo import run_pipeline, scratch_clone, steps, tiny_plan
+
+from prereg.rp002a.scratch import run_pipeline, scratch_clone, steps, tiny_plan
 
 
 @pytest.fixture(scope="module")

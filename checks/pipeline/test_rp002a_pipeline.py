@@ -7,10 +7,17 @@ import json
 import subprocess
 
 import pytest
-from pipelinerepo import prereg, rename_tests, run_pipeline, scratch_clone, steps, tiny_plan
 
 from prereg import ledger
 from prereg.hashing import sha256_file, write_json
+from prereg.rp002a.scratch import (
+    prereg,
+    rename_tests,
+    run_pipeline,
+    scratch_clone,
+    steps,
+    tiny_plan,
+)
 
 pytestmark = [pytest.mark.software, pytest.mark.slow]
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from pipelinerepo import REPO
 
 from prereg.plans import load_plan, validate_stage
+from prereg.rp002a.scratch import REPO
 
 pytestmark = pytest.mark.software
 

@@ -13,10 +13,18 @@ import json
 from pathlib import Path
 
 import pytest
-from pipelinerepo import TINY, prereg, rename_tests, run_pipeline, scratch_clone, steps, tiny_plan
 
 from prereg.plans import load_plan
 from prereg.rp002a import calibration_stage, units
+from prereg.rp002a.scratch import (
+    TINY,
+    prereg,
+    rename_tests,
+    run_pipeline,
+    scratch_clone,
+    steps,
+    tiny_plan,
+)
 from prereg.stages import RunView, load_kind
 
 pytestmark = pytest.mark.software

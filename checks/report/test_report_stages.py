@@ -2,34 +2,23 @@
 
 E04: the E04 checks' throw-away project (token-hash backend, two synthetic tasks).
 RP002A stages 2-4: the pipeline checks' tiny plan run end to end through the demo path
-(slow: about a minute on two cores). Both reuse the helpers of those check folders.
+(slow: about a minute on two cores). Both use the scratch projects of prereg.e04.scratch and
+prereg.rp002a.scratch.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from browser_probe import CHROMIUM_PATH, check_in_browser
 
+from prereg.e04 import scratch as e04_scratch
 from prereg.report import load_run, render_report
+from prereg.rp002a import scratch as rp002a_scratch
 
 pytestmark = pytest.mark.software
-CHECKS = Path(__file__).resolve().parents[1]
-
-
-def _helpers(relative: str):
-    """A helper module of another check folder (by path), under a name of its own."""
-    name = "report_reuses_" + relative.replace("/", "_").removesuffix(".py")
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, CHECKS / relative)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def _browser(page: Path, tmp_path: Path, capsys) -> None:
@@ -42,10 +31,9 @@ def _browser(page: Path, tmp_path: Path, capsys) -> None:
 
 @pytest.fixture(scope="module")
 def e04_run(tmp_path_factory) -> Path:
-    helpers = _helpers("e04_stage/e04_stage_project.py")
     base = tmp_path_factory.mktemp("e04report")
-    project = helpers.make_project(
-        base / "project", helpers.make_fixture(base / "fixture"), helpers.check_plan()
+    project = e04_scratch.make_project(
+        base / "project", e04_scratch.make_fixture(base / "fixture"), e04_scratch.check_plan()
     )
     project.approve("e04-20261130-001")
     done = project.pytest("--research-stage=e04")
@@ -79,10 +67,11 @@ def test_e04_report_per_harness_tables_s001_once_and_dose_plots(e04_run, tmp_pat
 
 @pytest.fixture(scope="module")
 def rp002a_runs(tmp_path_factory) -> Path:
-    helpers = _helpers("pipeline/pipelinerepo.py")
-    clone = helpers.scratch_clone(tmp_path_factory.mktemp("rp002areport"), helpers.tiny_plan())
+    clone = rp002a_scratch.scratch_clone(
+        tmp_path_factory.mktemp("rp002areport"), rp002a_scratch.tiny_plan()
+    )
     stages = ("calibration", "target-variance", "confirmatory-config", "confirmatory")
-    return helpers.run_pipeline(clone, helpers.steps(*stages)) / "runs"
+    return rp002a_scratch.run_pipeline(clone, rp002a_scratch.steps(*stages)) / "runs"
 
 
 def _page(runs: Path, stage: str) -> str:

@@ -1,4 +1,8 @@
-"""A scratch clone of this repository with a tiny RP002A plan committed, driven like the demo."""
+"""A scratch clone of this repository with a tiny RP002A plan committed, driven like the demo.
+
+For the software checks (RP002A pipeline, reports, extensions) and for trying a change on
+the whole pipeline in seconds; it needs this repository's checkout (an editable install),
+as :mod:`prereg.e04.scratch` does."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from pathlib import Path
 from prereg import gitrepo
 from prereg.demo import DemoStep, run_demo
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TINY = "plans/demo/TINY_PLAN.json"
 
 
@@ -73,7 +77,8 @@ def rename_tests(clone: Path, module: str, names: dict[str, str]) -> None:
     text = path.read_text(encoding="utf-8")
     for old, new in names.items():
         text, count = re.subn(rf"\bdef {old}\(", f"def {new}(", text)
-        assert count == 1, (module, old)
+        if count != 1:
+            raise ValueError(f"{module} defines {old}() {count} times, not once")
     path.write_text(text, encoding="utf-8")
     gitrepo.git(clone, "add", module)
     gitrepo.git(clone, "commit", "-q", "-m", f"Rename the test functions of {module}")
@@ -95,7 +100,8 @@ def steps(*stages: str, workers: int = 1, after=None) -> list[DemoStep]:
 
 def run_pipeline(clone: Path, stage_steps: list[DemoStep]) -> Path:
     """run_demo inside the clone (it clones once more, as the demo does); returns the run root."""
-    assert run_demo(clone, steps=stage_steps) == 0
+    if run_demo(clone, steps=stage_steps) != 0:
+        raise RuntimeError(f"the pipeline in {clone} stopped; its demo-output/ keeps what ran")
     (out,) = sorted((clone / "demo-output").iterdir())
     return out / "repo"
 
