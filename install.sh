@@ -47,14 +47,15 @@ py="$venv/bin/python"
 # installed normally, not editable: prereg takes an extension only from a distribution whose
 # RECORD lists and hashes its module. Built from a copy, so no build/ or *.egg-info is left
 # in the checkout (ignored Python files there would be refused by the execution gate).
+# pip builds each in an isolated environment with the setuptools its pyproject asks for (the
+# Python 3.9 venv's own setuptools is too old to read a [project] table).
 install_examples() {
-  "$py" -c 'import setuptools' 2>/dev/null || "$py" -m pip install --quiet setuptools
   local dir tmp
   for dir in examples/*/; do
     [ -f "$dir/pyproject.toml" ] || continue
     tmp=$(mktemp -d)
     cp -R "$dir" "$tmp/package"
-    "$py" -m pip install --quiet --no-deps --no-build-isolation --force-reinstall "$tmp/package"
+    "$py" -m pip install --quiet --no-deps --force-reinstall "$tmp/package"
     rm -rf "$tmp"
   done
 }

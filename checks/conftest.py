@@ -47,7 +47,9 @@ def imports_missing_extra(source: Path) -> tuple[str, str] | None:
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names = [node.module]
+            # "from package import module" imports the submodule too (an attribute is no
+            # module: its import fails naming a project module, which is not an extra)
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
         else:
             continue
         for name in names:
