@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from example_project import STAGE, example_project, result_files, run_stage
 
+from prereg import registry
 from prereg.plans import load_plan
 from prereg.stages import RunView, load_kind
 
@@ -19,6 +20,7 @@ pytestmark = [pytest.mark.software, pytest.mark.slow]
 SERIAL = "paired-models-20261201-001"
 TWO_WORKERS = "paired-models-20261201-002"
 FINDINGS = 1
+STAGE_KIND = "paired-models.compare"
 
 
 def test_a_newcomer_runs_the_example_serially_and_on_two_workers(tmp_path):
@@ -29,6 +31,14 @@ def test_a_newcomer_runs_the_example_serially_and_on_two_workers(tmp_path):
     assert "clean" in audited.stdout and "replayed (stage kind 'paired-models.compare')" in (
         audited.stdout
     ), audited.stdout
+    # The approval binds the installed package the kind comes from, and the run recorded it.
+    kind = load_kind(STAGE_KIND)
+    installed = {
+        registry.STAGE_KINDS: {kind.name: registry.origin(registry.STAGE_KINDS, kind.name)}
+    }
+    approval = json.loads((serial / "approval.json").read_text())
+    assert approval["extensions"] == installed, approval.get("extensions")
+    assert project.manifest(SERIAL)["environment"]["extensions"] == installed
 
     reported = project.prereg("report", f"runs/{SERIAL}", check=True)
     page = Path(reported.stdout.strip().splitlines()[-1]).read_text()

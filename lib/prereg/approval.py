@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from prereg import gate, gitrepo, ledger, provenance
+from prereg import gate, gitrepo, ledger, provenance, registry
 from prereg.gate import Refusal
 from prereg.hashing import read_json, sha256_file, write_json
 from prereg.plans import load_plan, validate_stage
@@ -32,7 +32,7 @@ from prereg.runs import (
     require_run_id,
     valid_run_id,
 )
-from prereg.schema import MapOf, Nullable, validate
+from prereg.schema import MapOf, Nullable, Optional, validate
 from prereg.stages import load_kind
 
 FORMAT = "prereg-approval-1"
@@ -53,6 +53,8 @@ APPROVAL_SCHEMA = {
     "inputs": MapOf({"path": str, "kind": str, "sha256": Nullable(str), "commit": Nullable(str)}),
     "approved_at": str,
     "approved_by": str,
+    # installed extensions the stage's plan loaded (prereg.registry): group -> name -> origin
+    "extensions": Optional(MapOf(MapOf(registry.EXTENSION_ORIGIN))),
 }
 
 
@@ -303,6 +305,11 @@ def create_approval(
         "approved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "approved_by": _approver(root),
     }
+    # The installed packages whose code the stage's kind, laws or harnesses come from (loaded
+    # above while the plan was validated): the gate refuses a run if any of them changed.
+    extensions = registry.loaded_origins()
+    if extensions:
+        record["extensions"] = extensions
     facts = gate.gather(root, record, record_path, stage=stage, at_approval=True).facts
     refusals = gate.check(facts, gate.APPROVE_CONDITIONS)
     if refusals:

@@ -143,9 +143,6 @@ FROM_START = {
     "approval_sha256": "approval.sha256",
 }
 
-# environment.extensions: extension group -> name -> where the controller loaded it from
-# (prereg.registry.loaded_origins: a recorded installed distribution, its entry point, the file).
-EXTENSION_ORIGIN = {"distribution": str, "entry_point": str, "file": str}
 
 _ABSENT = object()
 
@@ -429,9 +426,15 @@ class _Audit:
         the controller loaded, each with its distribution, entry point and file; well-formed
         or a finding (a manifest written before they were recorded has none: not a finding)."""
         env = (self.manifest or {}).get("environment")
+        bound = (self.approval or {}).get("extensions") or {}
         if not isinstance(env, dict) or "extensions" not in env:
+            if bound:
+                self.find(
+                    f"{MANIFEST}: the approval binds installed extensions "
+                    f"({', '.join(sorted(bound))}), but environment.extensions is missing"
+                )
             return
-        from prereg.registry import GROUPS
+        from prereg.registry import EXTENSION_ORIGIN, GROUPS
 
         where = "environment.extensions"
         value = env["extensions"]
@@ -445,6 +448,14 @@ class _Audit:
             )
         if not unknown:
             self.extensions = value
+        for group, entries in sorted(bound.items()) if isinstance(bound, dict) else ():
+            for name, approved in sorted(entries.items()) if isinstance(entries, dict) else ():
+                ran = value.get(group, {}).get(name) if isinstance(value.get(group), dict) else None
+                if ran != approved:
+                    self.find(
+                        f"{MANIFEST}: {where}.{group}.{name} is {ran!r}, but the approval binds "
+                        f"{approved!r}: the run loaded other extension code than approved"
+                    )
 
     def check_run_id(self) -> None:
         for name, doc in ((MANIFEST, self.manifest), (START_RECORD, self.start)):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from prereg import execution, gitrepo, ledger, provenance
+from prereg import execution, gitrepo, ledger, provenance, registry
 from prereg.hashing import canonical_json, sha256_file
 
 
@@ -56,6 +56,7 @@ class Facts:
     deviations_now: tuple[dict, ...] = ()
     execution_problems: tuple[str, ...] = ()
     input_problems: tuple[str, ...] = ()
+    extension_problems: tuple[str, ...] = ()  # installed extensions differing from the approval
 
     @property
     def run_id(self) -> str:
@@ -258,6 +259,10 @@ def executed_code(f: Facts) -> list[Refusal]:
     return [Refusal("execution", problem) for problem in f.execution_problems]
 
 
+def extensions(f: Facts) -> list[Refusal]:
+    return [Refusal("extensions", problem) for problem in f.extension_problems]
+
+
 def inputs(f: Facts) -> list[Refusal]:
     if not f.input_problems:
         return []
@@ -276,6 +281,7 @@ RUN_CONDITIONS: tuple[Condition, ...] = (
     single_attempt,
     environment,
     executed_code,
+    extensions,
     inputs,
 )
 APPROVE_CONDITIONS: tuple[Condition, ...] = (
@@ -418,5 +424,6 @@ def gather(
         deviations_now=tuple(deviations_now),
         execution_problems=tuple(execution.problems(root, plugins or [])),
         input_problems=tuple(problems),
+        extension_problems=tuple(registry.binding_problems(record.get("extensions") or {})),
     )
     return Gathered(facts=facts, plan=plan)

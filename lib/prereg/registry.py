@@ -35,6 +35,8 @@ STAGE_KINDS = "prereg.stage_kinds"
 LAW_FAMILIES = "prereg.law_families"
 HARNESS_KINDS = "prereg.harness_kinds"
 GROUPS = (STAGE_KINDS, LAW_FAMILIES, HARNESS_KINDS)
+# Where an installed entry came from (approval records, manifests): field -> type.
+EXTENSION_ORIGIN = {"distribution": str, "entry_point": str, "file": str, "record_sha256": str}
 
 # group -> name -> where it came from ({"distribution", "entry_point", "file"})
 _origins: dict[str, dict[str, dict]] = {}
@@ -54,7 +56,11 @@ def _module_of(value: str) -> str:
 
 
 def _recorded_points(group: str):
-    """(entry point, "name version", module file or None, reason) of every installed entry."""
+    """(entry point, origin or None, reason) of every entry of ``group`` installed.
+
+    The origin (see :func:`origin`) is None, and the reason says why, when the entry's
+    module is not a file its distribution's RECORD lists with a matching SHA-256.
+    """
     from prereg.execution import site_dirs
 
     for dist in importlib.metadata.distributions(path=site_dirs()):
@@ -68,7 +74,6 @@ def _recorded_points(group: str):
             if not files:
                 yield (
                     point,
-                    label,
                     None,
                     (
                         f"{label} declares it as {point.value}, but its RECORD does not list module "
@@ -80,23 +85,34 @@ def _recorded_points(group: str):
             path = os.path.realpath(dist.locate_file(files[0]))
             recorded = files[0].hash
             if recorded is None or recorded.mode != "sha256":
-                yield point, label, None, f"{label}: RECORD gives no SHA-256 of {path}; reinstall"
+                yield point, None, f"{label}: RECORD gives no SHA-256 of {path}; reinstall"
                 continue
             digest = hashlib.sha256(Path(path).read_bytes()).digest()
             if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != recorded.value:
                 yield (
                     point,
-                    label,
                     None,
-                    f"{label}: {path} differs from the RECORD of {label}; reinstall it",
+                    (f"{label}: {path} differs from the RECORD of {label}; reinstall it"),
                 )
                 continue
-            yield point, label, path, ""
+            record = (dist.read_text("RECORD") or "").encode()
+            yield (
+                point,
+                {
+                    "distribution": label,
+                    "entry_point": point.value,
+                    "file": path,
+                    # RECORD lists every file of the distribution with its hash: binding it binds
+                    # the whole installed package (the execution check holds loaded files to it)
+                    "record_sha256": hashlib.sha256(record).hexdigest(),
+                },
+                "",
+            )
 
 
 def installed_names(group: str) -> list[str]:
     """Names that recorded installed distributions provide in ``group`` (sorted)."""
-    return sorted({p.name for p, _, path, _ in _recorded_points(group) if path is not None})
+    return sorted({p.name for p, found, _ in _recorded_points(group) if found is not None})
 
 
 def load_installed(group: str, name: str, accept: Callable[[object], bool]) -> object:
@@ -106,33 +122,66 @@ def load_installed(group: str, name: str, accept: Callable[[object], bool]) -> o
     StageKind of that name). Raises :class:`NotInstalled` with every reason found otherwise.
     """
     reasons = []
-    for point, label, path, reason in _recorded_points(group):
+    for point, found, reason in _recorded_points(group):
         if point.name != name:
             continue
-        if path is None:
+        if found is None:
             reasons.append(reason)
             continue
         loaded_object = point.load()
         module = sys.modules.get(_module_of(point.value))
         loaded = os.path.realpath(getattr(module, "__file__", "") or "")
-        if loaded != path:
+        if loaded != found["file"]:
             reasons.append(
-                f"{label}: {point.value} loaded from {loaded}, not the recorded {path} (another "
-                "copy of the module is first on sys.path)"
+                f"{found['distribution']}: {point.value} loaded from {loaded}, not the recorded "
+                f"{found['file']} (another copy of the module is first on sys.path)"
             )
             continue
         if not accept(loaded_object):
             reasons.append(
-                f"{label}: {point.value} is {loaded_object!r}, not a valid {group} entry"
+                f"{found['distribution']}: {point.value} is {loaded_object!r}, not a valid "
+                f"{group} entry"
             )
             continue
-        _origins.setdefault(group, {})[name] = {
-            "distribution": label,
-            "entry_point": point.value,
-            "file": path,
-        }
+        _origins.setdefault(group, {})[name] = found
         return loaded_object
     raise NotInstalled(group, name, reasons)
+
+
+def current_origin(group: str, name: str) -> dict | None:
+    """Where entry ``name`` of ``group`` would load from now (read from metadata, nothing
+    imported), or None when no recorded installed distribution provides it."""
+    for point, found, _ in _recorded_points(group):
+        if point.name == name and found is not None:
+            return found
+    return None
+
+
+def binding_problems(bound: dict) -> list[str]:
+    """How the installed extensions differ from ``bound`` (group -> name -> origin, what an
+    approval recorded): each must still come from the same distribution, entry point, file
+    and RECORD, or the code that would run is not the code approved."""
+    problems = []
+    for group, entries in sorted(bound.items()):
+        for name, approved in sorted(entries.items()):
+            now = current_origin(group, name)
+            if now == approved:
+                continue
+            was = (
+                f"{approved.get('distribution')} (RECORD {str(approved.get('record_sha256'))[:12]})"
+            )
+            if now is None:
+                problems.append(
+                    f"{group} {name!r} was approved from {was} and is not installed now: "
+                    "reinstall that version (pip install PATH, not -e)"
+                )
+            else:
+                problems.append(
+                    f"{group} {name!r} was approved from {was}, and now comes from "
+                    f"{now['distribution']} (RECORD {now['record_sha256'][:12]}, {now['file']}): "
+                    "reinstall the approved version, or approve the new one under a new run id"
+                )
+    return problems
 
 
 def origin(group: str, name: str) -> dict | None:

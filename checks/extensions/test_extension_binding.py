@@ -1,0 +1,121 @@
+"""An approval binds the installed packages its stage's code comes from (issue 11).
+
+The attack: approve a run of a stage whose kind (or law family, harness kind) lives in an
+installed package, then reinstall that package at another version, or with other code, and
+run under the same approval. The code that would run is not the code approved, so the gate
+refuses (condition ``extensions``) and the audit compares the run's record with the
+approval's."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from prereg import execution, gate, registry
+
+pytestmark = pytest.mark.software
+
+MODULE = "from prereg.stages import StageKind\nKIND = StageKind(name='toy.bound')\n"
+POINTS = "[prereg.stage_kinds]\ntoy.bound = toybound_mod:KIND\n"
+
+
+def _install(site: Path, version: str, module: str) -> None:
+    """A distribution of ``toybound`` at ``version`` in ``site`` (replacing any other)."""
+    for old in site.glob("toybound-*.dist-info"):
+        for path in old.iterdir():
+            path.unlink()
+        old.rmdir()
+    meta = site / f"toybound-{version}.dist-info"
+    meta.mkdir(parents=True)
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: toybound\nVersion: {version}\n")
+    (meta / "entry_points.txt").write_text(POINTS)
+    (site / "toybound_mod.py").write_text(module)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(module.encode()).digest()).rstrip(b"=")
+    rows = [f"toybound_mod.py,sha256={digest.decode()},{len(module)}", f"{meta.name}/RECORD,,"]
+    (meta / "RECORD").write_text("\n".join(rows) + "\n")
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    folder = (tmp_path / "site-packages").resolve()
+    folder.mkdir()
+    monkeypatch.setattr(execution, "site_dirs", lambda: [str(folder)])
+    return folder
+
+
+def test_an_unchanged_installation_matches_its_binding(site):
+    _install(site, "1.0", MODULE)
+    bound = {
+        registry.STAGE_KINDS: {
+            "toy.bound": registry.current_origin(registry.STAGE_KINDS, "toy.bound")
+        }
+    }
+    assert bound[registry.STAGE_KINDS]["toy.bound"]["distribution"] == "toybound 1.0"
+    assert registry.binding_problems(bound) == []
+
+
+@pytest.mark.parametrize(
+    "version, module, phrase",
+    [
+        ("2.0", MODULE, "now comes from toybound 2.0"),  # another release
+        ("1.0", MODULE + "# patched\n", "now comes from toybound 1.0 (RECORD"),  # same version
+        (None, None, "is not installed now"),  # uninstalled
+    ],
+    ids=["new-version", "same-version-other-code", "uninstalled"],
+)
+def test_a_reinstalled_or_removed_package_is_refused_by_the_gate(site, version, module, phrase):
+    _install(site, "1.0", MODULE)
+    bound = {
+        registry.STAGE_KINDS: {
+            "toy.bound": registry.current_origin(registry.STAGE_KINDS, "toy.bound")
+        }
+    }
+    if version is None:
+        for path in site.iterdir():
+            if path.is_dir():
+                for inner in path.iterdir():
+                    inner.unlink()
+                path.rmdir()
+            else:
+                path.unlink()
+    else:
+        _install(site, version, module)
+    problems = registry.binding_problems(bound)
+    assert len(problems) == 1 and phrase in problems[0] and "toy.bound" in problems[0], problems
+    assert "approved from toybound 1.0" in problems[0], problems
+    facts = gate.Facts(
+        stage="toy",
+        record={"run_id": "toy-20261201-001"},
+        record_rel="plans/approvals/x.json",
+        extension_problems=tuple(problems),
+    )
+    refusals = gate.extensions(facts)
+    assert [r.condition for r in refusals] == ["extensions"], refusals
+    assert gate.extensions in gate.RUN_CONDITIONS
+
+
+def _audit_of(tmp_path, approval: dict, manifest_extensions: dict | None):
+    from prereg.audit import _Audit
+
+    audit = _Audit(tmp_path, tmp_path / "runs" / "toy-20261201-001")
+    audit.approval = approval
+    env = {} if manifest_extensions is None else {"extensions": manifest_extensions}
+    audit.manifest = {"environment": env}
+    audit.check_extensions()
+    return audit.findings
+
+
+def test_the_audit_compares_the_runs_extensions_with_the_approvals(tmp_path, site):
+    _install(site, "1.0", MODULE)
+    origin = registry.current_origin(registry.STAGE_KINDS, "toy.bound")
+    bound = {registry.STAGE_KINDS: {"toy.bound": origin}}
+    assert _audit_of(tmp_path, {"extensions": bound}, bound) == []
+    other = {registry.STAGE_KINDS: {"toy.bound": dict(origin, record_sha256="0" * 64)}}
+    (finding,) = _audit_of(tmp_path, {"extensions": bound}, other)
+    assert "other extension code than approved" in finding, finding
+    (finding,) = _audit_of(tmp_path, {"extensions": bound}, None)
+    assert "environment.extensions is missing" in finding, finding
+    assert _audit_of(tmp_path, {}, None) == [], "a run of built-in code only records none"
