@@ -119,3 +119,27 @@ def test_the_audit_compares_the_runs_extensions_with_the_approvals(tmp_path, sit
     (finding,) = _audit_of(tmp_path, {"extensions": bound}, None)
     assert "environment.extensions is missing" in finding, finding
     assert _audit_of(tmp_path, {}, None) == [], "a run of built-in code only records none"
+
+
+def test_two_distributions_providing_one_name_are_refused(site, monkeypatch):
+    """A second package declaring the same kind name would make site-packages order decide
+    which code runs: neither is loaded, and an approval of either is refused."""
+    _install(site, "1.0", MODULE)
+    bound = {
+        registry.STAGE_KINDS: {
+            "toy.bound": registry.current_origin(registry.STAGE_KINDS, "toy.bound")
+        }
+    }
+    twin = site / "toytwin-1.0.dist-info"
+    twin.mkdir()
+    (twin / "METADATA").write_text("Metadata-Version: 2.1\nName: toytwin\nVersion: 1.0\n")
+    (twin / "entry_points.txt").write_text(POINTS)
+    record = (site / "toybound-1.0.dist-info" / "RECORD").read_text().splitlines()[0]
+    (twin / "RECORD").write_text(f"{record}\n{twin.name}/RECORD,,\n")
+    monkeypatch.syspath_prepend(str(site))
+    with pytest.raises(registry.NotInstalled, match="provided by 2 installed distributions"):
+        registry.load_installed(registry.STAGE_KINDS, "toy.bound", lambda kind: True)
+    assert registry.current_origin(registry.STAGE_KINDS, "toy.bound") is None
+    (problem,) = registry.binding_problems(bound)
+    assert "toybound 1.0" in problem and "toytwin 1.0" in problem, problem
+    assert "uninstall all but one" in problem, problem

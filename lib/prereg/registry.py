@@ -115,19 +115,38 @@ def installed_names(group: str) -> list[str]:
     return sorted({p.name for p, found, _ in _recorded_points(group) if found is not None})
 
 
-def load_installed(group: str, name: str, accept: Callable[[object], bool]) -> object:
-    """The object entry ``name`` of ``group`` names, from a recorded installed distribution.
-
-    ``accept(obj)`` says whether the loaded object is what the group promises (for example a
-    StageKind of that name). Raises :class:`NotInstalled` with every reason found otherwise.
-    """
-    reasons = []
+def _candidates(group: str, name: str) -> tuple[list[tuple[object, dict]], list[str]]:
+    """The recorded installed providers of ``name`` in ``group``, and why others are not."""
+    valid, reasons = [], []
     for point, found, reason in _recorded_points(group):
         if point.name != name:
             continue
         if found is None:
             reasons.append(reason)
-            continue
+        elif found not in [f for _, f in valid]:
+            valid.append((point, found))
+    return valid, reasons
+
+
+def _ambiguity(name: str, valid: list[tuple[object, dict]]) -> str:
+    return (
+        f"{name!r} is provided by {len(valid)} installed distributions "
+        f"({', '.join(f['distribution'] for _, f in valid)}): which code runs would depend on "
+        "the order of site-packages; uninstall all but one"
+    )
+
+
+def load_installed(group: str, name: str, accept: Callable[[object], bool]) -> object:
+    """The object entry ``name`` of ``group`` names, from a recorded installed distribution.
+
+    ``accept(obj)`` says whether the loaded object is what the group promises (for example a
+    StageKind of that name). Raises :class:`NotInstalled` with every reason found otherwise,
+    and when two distributions provide the name.
+    """
+    valid, reasons = _candidates(group, name)
+    if len(valid) > 1:
+        raise NotInstalled(group, name, [*reasons, _ambiguity(name, valid)])
+    for point, found in valid:
         loaded_object = point.load()
         module = sys.modules.get(_module_of(point.value))
         loaded = os.path.realpath(getattr(module, "__file__", "") or "")
@@ -136,25 +155,22 @@ def load_installed(group: str, name: str, accept: Callable[[object], bool]) -> o
                 f"{found['distribution']}: {point.value} loaded from {loaded}, not the recorded "
                 f"{found['file']} (another copy of the module is first on sys.path)"
             )
-            continue
-        if not accept(loaded_object):
+        elif not accept(loaded_object):
             reasons.append(
                 f"{found['distribution']}: {point.value} is {loaded_object!r}, not a valid "
                 f"{group} entry"
             )
-            continue
-        _origins.setdefault(group, {})[name] = found
-        return loaded_object
+        else:
+            _origins.setdefault(group, {})[name] = found
+            return loaded_object
     raise NotInstalled(group, name, reasons)
 
 
 def current_origin(group: str, name: str) -> dict | None:
     """Where entry ``name`` of ``group`` would load from now (read from metadata, nothing
-    imported), or None when no recorded installed distribution provides it."""
-    for point, found, _ in _recorded_points(group):
-        if point.name == name and found is not None:
-            return found
-    return None
+    imported), or None when no recorded installed distribution, or more than one, provides it."""
+    valid, _ = _candidates(group, name)
+    return valid[0][1] if len(valid) == 1 else None
 
 
 def binding_problems(bound: dict) -> list[str]:
@@ -164,13 +180,18 @@ def binding_problems(bound: dict) -> list[str]:
     problems = []
     for group, entries in sorted(bound.items()):
         for name, approved in sorted(entries.items()):
-            now = current_origin(group, name)
+            valid, _ = _candidates(group, name)
+            now = valid[0][1] if len(valid) == 1 else None
             if now == approved:
                 continue
             was = (
                 f"{approved.get('distribution')} (RECORD {str(approved.get('record_sha256'))[:12]})"
             )
-            if now is None:
+            if len(valid) > 1:
+                problems.append(
+                    f"{group} {name!r} was approved from {was}, but {_ambiguity(name, valid)}"
+                )
+            elif now is None:
                 problems.append(
                     f"{group} {name!r} was approved from {was} and is not installed now: "
                     "reinstall that version (pip install PATH, not -e)"
