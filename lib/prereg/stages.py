@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,13 +34,14 @@ ENTRY_POINT_GROUP = registry.STAGE_KINDS
 
 
 def coordinate_key(coords: Mapping[str, Any]) -> str:
-    """The default item key: ``name=value`` of every recorded coordinate, sorted by name.
+    """The default item key: the recorded coordinates as canonical JSON (names sorted).
 
     An item records its coordinates with ``research.coords(...)``; two items of one stage
-    must differ in them. A kind whose cells carry an id of their own (``T01-H000-s0``)
-    gives :attr:`StageKind.item_key` instead.
+    must differ in them. JSON keeps the key unambiguous whatever the values hold (a value
+    with ``,`` or ``=`` in it cannot pass for two coordinates). A kind whose cells carry an
+    id of their own (``T01-H000-s0``) gives :attr:`StageKind.item_key` instead.
     """
-    return ",".join(f"{name}={coords[name]}" for name in sorted(coords))
+    return json.dumps(dict(coords), sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def _no_check(plan: object, stage: str) -> None:
