@@ -2,9 +2,7 @@ import pytest
 
 pytestmark = pytest.mark.software
 
-import base64
 import copy
-import hashlib
 import sys
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from prereg.e04.harness import (
 from prereg.e04.testing import HashingBackend
 from prereg.e04.tokenize import TOKENIZER_VERSION
 from prereg.e04.types import GoFunction, Task
+from prereg.testing import fake_distribution
 
 H000 = {
     "kind": "bm25",
@@ -139,23 +138,6 @@ def test_a_user_kind_can_be_registered() -> None:
     assert spec.kind == "bm25"
 
 
-def _fake_distribution(site: Path, name: str, files: dict[str, str], extra: dict[str, str]):
-    """A distribution installed in ``site``: its files and a RECORD with their hashes (as in
-    checks/integrity/test_integrity_execution.py)."""
-    meta = site / f"{name}-1.0.dist-info"
-    meta.mkdir(parents=True)
-    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    rows = []
-    for rel, text in files.items():
-        (site / rel).write_text(text)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        rows.append(f"{rel},sha256={digest.decode()},{len(text)}")
-    for rel, text in extra.items():
-        (meta / rel).write_text(text)
-    rows.append(f"{meta.name}/RECORD,,")
-    (meta / "RECORD").write_text("\n".join(rows) + "\n")
-
-
 TOY_HARNESS = """
 import dataclasses
 from prereg.e04.harness import HarnessKind, LexicalIndex, lexical_spec_from_plan
@@ -174,7 +156,7 @@ TOY = HarnessKind("toy-bm25", parse, build)
 def test_an_installed_packages_harness_kind_reaches_the_default_registry(tmp_path, monkeypatch):
     site = tmp_path / "site-packages"
     points = "[prereg.harness_kinds]\ntoy-bm25 = toyharness_mod:TOY\nbm25 = toyharness_mod:TOY\n"
-    _fake_distribution(
+    fake_distribution(
         site, "toyharness", {"toyharness_mod.py": TOY_HARNESS}, {"entry_points.txt": points}
     )
     monkeypatch.setattr(execution, "site_dirs", lambda: [str(site)])

@@ -8,13 +8,13 @@ approval's."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
 
 from prereg import execution, gate, registry
+from prereg.testing import fake_distribution
 
 pytestmark = pytest.mark.software
 
@@ -25,17 +25,10 @@ POINTS = "[prereg.stage_kinds]\ntoy.bound = toybound_mod:KIND\n"
 def _install(site: Path, version: str, module: str) -> None:
     """A distribution of ``toybound`` at ``version`` in ``site`` (replacing any other)."""
     for old in site.glob("toybound-*.dist-info"):
-        for path in old.iterdir():
-            path.unlink()
-        old.rmdir()
-    meta = site / f"toybound-{version}.dist-info"
-    meta.mkdir(parents=True)
-    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: toybound\nVersion: {version}\n")
-    (meta / "entry_points.txt").write_text(POINTS)
-    (site / "toybound_mod.py").write_text(module)
-    digest = base64.urlsafe_b64encode(hashlib.sha256(module.encode()).digest()).rstrip(b"=")
-    rows = [f"toybound_mod.py,sha256={digest.decode()},{len(module)}", f"{meta.name}/RECORD,,"]
-    (meta / "RECORD").write_text("\n".join(rows) + "\n")
+        shutil.rmtree(old)
+    fake_distribution(
+        site, "toybound", {"toybound_mod.py": module}, {"entry_points.txt": POINTS}, version
+    )
 
 
 @pytest.fixture
@@ -130,12 +123,7 @@ def test_two_distributions_providing_one_name_are_refused(site, monkeypatch):
             "toy.bound": registry.current_origin(registry.STAGE_KINDS, "toy.bound")
         }
     }
-    twin = site / "toytwin-1.0.dist-info"
-    twin.mkdir()
-    (twin / "METADATA").write_text("Metadata-Version: 2.1\nName: toytwin\nVersion: 1.0\n")
-    (twin / "entry_points.txt").write_text(POINTS)
-    record = (site / "toybound-1.0.dist-info" / "RECORD").read_text().splitlines()[0]
-    (twin / "RECORD").write_text(f"{record}\n{twin.name}/RECORD,,\n")
+    fake_distribution(site, "toytwin", {"toybound_mod.py": MODULE}, {"entry_points.txt": POINTS})
     monkeypatch.syspath_prepend(str(site))
     with pytest.raises(registry.NotInstalled, match="provided by 2 installed distributions"):
         registry.load_installed(registry.STAGE_KINDS, "toy.bound", lambda kind: True)

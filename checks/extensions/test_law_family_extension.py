@@ -10,8 +10,6 @@ gate, and audits it: the datasets the run wrote record the family's law.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -25,7 +23,7 @@ from prereg import execution, registry
 from prereg.rp002a import laws, scratch
 from prereg.rp002a.laws import HIDDEN_MARKOV_ERASURE, LawError, LawRegistry, law_registry
 from prereg.runs import RunLayout
-from prereg.testing import ScratchProject
+from prereg.testing import ScratchProject, fake_distribution
 
 pytestmark = pytest.mark.software
 
@@ -88,24 +86,6 @@ def test_the_installed_family_builds_a_law_and_names_its_origin():
         law_registry().law_from_spec({**STICKY_E1, "mean_dwell": 0.5})
 
 
-def _fake_distribution(site: Path, name: str, files: dict[str, str], extra: dict[str, str]):
-    """A distribution installed in ``site``: its files and a RECORD with their hashes."""
-    meta = site / f"{name}-1.0.dist-info"
-    meta.mkdir(parents=True)
-    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    rows = []
-    for rel, text in files.items():
-        (site / rel).parent.mkdir(parents=True, exist_ok=True)
-        (site / rel).write_text(text)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        rows.append(f"{rel},sha256={digest.decode()},{len(text)}")
-    for rel, text in extra.items():
-        (meta / rel).write_text(text)
-    rows.append(f"{meta.name}/RECORD,,")
-    (meta / "RECORD").write_text("\n".join(rows) + "\n")
-    return meta
-
-
 TOY_FAMILY = """
 from prereg.rp002a.laws import HiddenMarkovLaw
 
@@ -131,7 +111,7 @@ def site(tmp_path, monkeypatch):
 
 def test_an_edited_family_module_is_refused_until_reinstalled(site):
     points = "[prereg.law_families]\ntoy-burst = toyfamily_edit:build\n"
-    _fake_distribution(
+    fake_distribution(
         site, "toyfamily", {"toyfamily_edit.py": TOY_FAMILY}, {"entry_points.txt": points}
     )
     spec = {"family": "toy-burst", "name": "B"}
@@ -150,7 +130,7 @@ def test_an_edited_family_module_is_refused_until_reinstalled(site):
 def test_a_family_whose_module_the_record_does_not_list_is_refused(site):
     # What an editable install looks like: the entry point names a module outside the RECORD.
     points = "[prereg.law_families]\ntoy-burst = toyfamily_elsewhere:build\n"
-    _fake_distribution(site, "toyfamily", {}, {"entry_points.txt": points})
+    fake_distribution(site, "toyfamily", {}, {"entry_points.txt": points})
     (site / "toyfamily_elsewhere.py").write_text(TOY_FAMILY)
     with pytest.raises(LawError, match=r"RECORD does not list module .*not pip install -e"):
         law_registry().law_from_spec({"family": "toy-burst", "name": "B"})
@@ -158,7 +138,7 @@ def test_a_family_whose_module_the_record_does_not_list_is_refused(site):
 
 def test_a_built_in_family_is_never_taken_from_metadata(site):
     points = f"[prereg.law_families]\n{HIDDEN_MARKOV_ERASURE} = toyfamily_shadow:build\n"
-    _fake_distribution(
+    fake_distribution(
         site, "toyfamily", {"toyfamily_shadow.py": TOY_FAMILY}, {"entry_points.txt": points}
     )
     spec = {
@@ -184,7 +164,7 @@ def test_a_built_in_family_is_never_taken_from_metadata(site):
 
 def test_an_unknown_family_lists_the_known_ones_and_how_to_add_one(site):
     points = "[prereg.law_families]\ntoy-burst = toyfamily_known:build\n"
-    _fake_distribution(
+    fake_distribution(
         site, "toyfamily", {"toyfamily_known.py": TOY_FAMILY}, {"entry_points.txt": points}
     )
     with pytest.raises(LawError) as refused:

@@ -9,7 +9,6 @@ install of prereg and setuptools' ``.pth``) must pass.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import importlib.util
 import json
@@ -24,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prereg import execution, stages
-from prereg.testing import make_toy_repo
+from prereg.testing import fake_distribution, make_toy_repo
 
 pytestmark = pytest.mark.software
 
@@ -311,27 +310,9 @@ def test_ignored_python_files_in_source_folders_are_refused_but_data_folders_are
 # -- .pth files, installed distributions, stage kinds --------------------------------------
 
 
-def _fake_distribution(site: Path, name: str, files: dict[str, str], extra: dict[str, str]):
-    """A distribution installed in ``site``: its files and a RECORD with their hashes."""
-    meta = site / f"{name}-1.0.dist-info"
-    meta.mkdir(parents=True)
-    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    rows = []
-    for rel, text in files.items():
-        (site / rel).parent.mkdir(parents=True, exist_ok=True)
-        (site / rel).write_text(text)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        rows.append(f"{rel},sha256={digest.decode()},{len(text)}")
-    for rel, text in extra.items():
-        (meta / rel).write_text(text)
-    rows.append(f"{meta.name}/RECORD,,")
-    (meta / "RECORD").write_text("\n".join(rows) + "\n")
-    return meta
-
-
 def test_pth_files_must_be_recorded_by_an_installed_distribution(tmp_path, monkeypatch):
     site = tmp_path / "site-packages"
-    _fake_distribution(site, "good", {"good.pth": "import os\n", "tampered.pth": "\n"}, {})
+    fake_distribution(site, "good", {"good.pth": "import os\n", "tampered.pth": "\n"}, {})
     (site / "tampered.pth").write_text("import os; os.environ['X'] = '1'\n")
     (site / "stray.pth").write_text("import os\n")
     monkeypatch.setattr(execution, "site_dirs", lambda: [str(site)])
@@ -345,7 +326,7 @@ def test_pth_files_must_be_recorded_by_an_installed_distribution(tmp_path, monke
 def test_planted_bytecode_in_the_harness_installed_machinery_is_refused(tmp_path, monkeypatch):
     site = tmp_path / "site-packages"
     source_text = "def hook():\n    return 'checked'\n"
-    _fake_distribution(site, "pluggy", {"pluggy_copy/__init__.py": source_text}, {})
+    fake_distribution(site, "pluggy", {"pluggy_copy/__init__.py": source_text}, {})
     monkeypatch.setattr(execution, "site_dirs", lambda: [str(site.resolve())])
     env = execution.Environment.read(REPO)
     source = str((site / "pluggy_copy" / "__init__.py").resolve())
@@ -373,7 +354,7 @@ def test_stage_kinds_from_installed_distributions_need_a_recorded_module(tmp_pat
     site = tmp_path / "site-packages"
     module = "from prereg.stages import StageKind\nKIND = StageKind(name='toy.extra')\n"
     points = "[prereg.stage_kinds]\ntoy.extra = toykinds_mod:KIND\n"
-    _fake_distribution(site, "toykinds", {"toykinds_mod.py": module}, {"entry_points.txt": points})
+    fake_distribution(site, "toykinds", {"toykinds_mod.py": module}, {"entry_points.txt": points})
     monkeypatch.setattr(execution, "site_dirs", lambda: [str(site)])
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setattr(stages, "_registered", dict(stages._registered))
@@ -577,7 +558,7 @@ def test_console_scripts_are_accounted_for_by_their_record(tmp_path, monkeypatch
     listed it, with its hash, in pytest's RECORD. An edited copy is refused."""
     site = tmp_path / "lib" / "site-packages"
     script = "#!/usr/bin/python\nfrom tool import main\nmain()\n"
-    _fake_distribution(site, "tool", {"../../bin/tool": script}, {})
+    fake_distribution(site, "tool", {"../../bin/tool": script}, {})
     monkeypatch.setattr(execution, "site_dirs", lambda: [str(site.resolve())])
     monkeypatch.setattr(execution, "scripts_dir", lambda: str((tmp_path / "bin").resolve()))
     env = execution.Environment.read(REPO)

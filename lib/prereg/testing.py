@@ -7,6 +7,7 @@ checks use it; so can a user's tests of their own stages. Importable without pyt
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -345,3 +346,28 @@ def start_socket_host(
         time.sleep(0.1)
     host.stop()
     raise RuntimeError(f"the socket server in {clone} did not listen:\n{log.read_text()}")
+
+
+# -- installed distributions, made by hand (extension points, the execution check) ----------
+
+
+def fake_distribution(
+    site: Path, name: str, files: dict[str, str], extra: dict[str, str], version: str = "1.0"
+) -> Path:
+    """A distribution ``name`` at ``version`` installed in ``site``: its files (relative to
+    ``site``) and a RECORD listing each with its SHA-256, plus ``extra`` metadata files (for
+    example ``entry_points.txt``). Returns its ``.dist-info`` folder."""
+    meta = Path(site) / f"{name}-{version}.dist-info"
+    meta.mkdir(parents=True)
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    rows = []
+    for rel, text in files.items():
+        (Path(site) / rel).parent.mkdir(parents=True, exist_ok=True)
+        (Path(site) / rel).write_text(text)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        rows.append(f"{rel},sha256={digest.decode()},{len(text)}")
+    for rel, text in extra.items():
+        (meta / rel).write_text(text)
+    rows.append(f"{meta.name}/RECORD,,")
+    (meta / "RECORD").write_text("\n".join(rows) + "\n")
+    return meta
