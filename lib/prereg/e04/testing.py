@@ -24,40 +24,31 @@ from typing import Any
 
 import numpy as np
 
-from prereg.e04.embeddings import LMStudioBackend, l2_normalised
+from prereg.e04.backends import TokenHashBackend
+from prereg.e04.embeddings import LMStudioBackend
 from prereg.e04.lmstudio_double import LMStudioDouble, default_weights_bytes
-from prereg.e04.tokenize import tokenize
 
 
-class HashingBackend:
-    """Bag of SHA-256-hashed tokens in ``dimension`` buckets plus a constant, L2-normalised."""
+class HashingBackend(TokenHashBackend):
+    """The token-hash embedding (:class:`prereg.e04.backends.TokenHashBackend`) under a test
+    identity of its own, recording each call's texts in :attr:`calls`."""
 
     def __init__(self, dimension: int = 32, name: str = "hashing") -> None:
-        self.dimension = dimension
+        super().__init__(dimension, chunker_version="test")
         self.name = name
         self.calls: list[list[str]] = []
 
     def identity(self) -> dict[str, Any]:
         return {
+            **super().identity(),
             "backend": self.name,
             "model": "hashing",
-            "weights_sha256": "0" * 64,
             "max_sequence_length": 0,
-            "dimension": self.dimension,
-            "normalisation": "l2",
-            "dtype": "float32",
-            "chunker_version": "test",
         }
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         self.calls.append(list(texts))
-        out = np.zeros((len(texts), self.dimension))
-        for row, text in enumerate(texts):
-            out[row, 0] = 0.5
-            for token in tokenize(text):
-                bucket = int.from_bytes(hashlib.sha256(token.encode()).digest()[:4], "big")
-                out[row, bucket % self.dimension] += 1.0
-        return l2_normalised(out, expected_dimension=self.dimension, source="HashingBackend")
+        return super().embed(texts)
 
 
 class LoadingForbidden(AssertionError):
