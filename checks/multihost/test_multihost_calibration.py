@@ -7,26 +7,15 @@ it imports are its own checkout's.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
+from prereg.rp002a import scratch
 from prereg.testing import ScratchProject, SocketHost, clone_host, start_socket_host
 
 pytestmark = pytest.mark.software
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _pipelinerepo():
-    spec = importlib.util.spec_from_file_location(
-        "multihost_pipelinerepo", REPO / "checks" / "pipeline" / "pipelinerepo.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _outputs(folder: Path) -> dict[str, bytes]:
@@ -43,15 +32,14 @@ def test_a_pipeline_stage_over_two_socket_hosts_equals_the_serial_run(tmp_path, 
     reason = SocketHost.unavailable()
     if reason:
         pytest.skip(reason)
-    repo = _pipelinerepo()
-    root = repo.scratch_clone(tmp_path / "controller", repo.tiny_plan())
+    root = scratch.scratch_clone(tmp_path / "controller", scratch.tiny_plan())
     project = ScratchProject(root)
     env = {"PYTHONPATH": str(root / "lib")}
 
     def approve(run_id: str) -> None:
         project.run(
             sys.executable, "-m", "prereg.cli", "approve", "--stage", stage, "--run-id", run_id,
-            "--plan", repo.TINY, "--accept-deviations", check=True, env=env,
+            "--plan", scratch.TINY, "--accept-deviations", check=True, env=env,
         )  # fmt: skip
         project.git("add", "plans/approvals")
         project.git("commit", "-q", "-m", f"Approve {run_id}")
