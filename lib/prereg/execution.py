@@ -656,7 +656,7 @@ def _ignored_problems(checkout: Checkout, plugins: list[tuple[str, object]]) -> 
             if not sys.pycache_prefix:
                 found.extend(_cache_problems(path, os.path.dirname(path), tail, rewrite, show(rel)))
             return
-        if name.endswith(METADATA_SUFFIXES):
+        if name.lower().endswith(METADATA_SUFFIXES):  # importlib.metadata ignores case
             found.extend(_metadata_problems(checkout, rel))
             return
         if os.path.isfile(os.path.join(path, "pyvenv.cfg")):

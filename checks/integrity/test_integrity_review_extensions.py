@@ -1,0 +1,49 @@
+"""Review of the extension surfaces (stage kinds from installed packages, checkout metadata,
+approval bindings): each check performs one way around them and expects a refusal."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from prereg import execution
+
+pytestmark = pytest.mark.software
+
+
+def _checkout_with_metadata(root: Path, folder: str, entry_points: str) -> execution.Checkout:
+    """A committed checkout holding lib/prereg/, and uncommitted metadata ``lib/<folder>``."""
+    root.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "a@b.c"], ["config", "user.name", "A"]):
+        subprocess.run(["git", *args], cwd=root, check=True)
+    (root / "lib" / "prereg").mkdir(parents=True)
+    (root / "lib" / "prereg" / "__init__.py").write_text("")
+    (root / "lib" / "prereg" / "plugin.py").write_text("")
+    (root / "lib" / "prereg" / "cli.py").write_text("def main():\n    return 0\n")
+    (root / ".gitignore").write_text("*.egg-info/\n__pycache__/\n")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "scratch"], cwd=root, check=True)
+    meta = root / "lib" / folder
+    meta.mkdir()
+    (meta / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: other\nVersion: 0.1.0\n")
+    (meta / "entry_points.txt").write_text(entry_points)
+    return execution.Checkout.read(root, strict=True)
+
+
+@pytest.mark.parametrize("folder", ["other.EGG-INFO", "other.Dist-Info"])
+def test_checkout_metadata_with_an_upper_case_suffix_is_checked_too(tmp_path, folder):
+    """importlib.metadata (and so pytest's plugin autoload) finds ``*.EGG-INFO`` as well as
+    ``*.egg-info``: the suffix is matched without regard to case, so the check must be too."""
+    checkout = _checkout_with_metadata(tmp_path / "scratch", folder, "[pytest11]\nx = prereg.cli\n")
+    found = [
+        p
+        for d in importlib.metadata.distributions(path=[str(tmp_path / "scratch" / "lib")])
+        for p in d.entry_points
+        if p.group == "pytest11"
+    ]
+    assert [p.value for p in found] == ["prereg.cli"], "importlib.metadata reads the folder"
+    problems = execution._ignored_problems(checkout, [])
+    assert len(problems) == 1 and "pytest plugin" in problems[0], problems
