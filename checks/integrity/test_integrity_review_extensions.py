@@ -47,3 +47,31 @@ def test_checkout_metadata_with_an_upper_case_suffix_is_checked_too(tmp_path, fo
     assert [p.value for p in found] == ["prereg.cli"], "importlib.metadata reads the folder"
     problems = execution._ignored_problems(checkout, [])
     assert len(problems) == 1 and "pytest plugin" in problems[0], problems
+
+
+def test_an_approval_whose_extensions_field_was_removed_by_hand_is_refused(tmp_path):
+    """Approve a stage whose kind comes from an installed package, then delete the approval's
+    ``extensions`` field (and commit): without it nothing bound the installed package, so any
+    version of it (reinstalled after approval) would run; the gate refuses instead."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "example"))
+    try:
+        from example_project import STAGE, example_project
+    finally:
+        sys.path.pop(0)
+    from prereg.approval import approval_path
+
+    project = example_project(tmp_path / "study", replicates=2)
+    run_id = f"{STAGE}-20261201-001"
+    project.approve(STAGE, run_id)
+    record = approval_path(project.root, run_id)
+    data = json.loads(record.read_text())
+    assert set(data["extensions"]) == {"prereg.stage_kinds"}, data.get("extensions")
+    del data["extensions"]
+    record.write_text(json.dumps(data, indent=2) + "\n")
+    project.commit("Drop the extensions binding")
+    done = project.pytest(f"--research-stage={STAGE}", f"--run-id={run_id}")
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "binds no installed package" in done.stdout + done.stderr, done.stdout + done.stderr

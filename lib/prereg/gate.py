@@ -332,6 +332,15 @@ class Gathered:
     plan: object = None
 
 
+def _unbound_kind(bound: dict, kind: str | None) -> list[str]:
+    """The stage's kind, when an installed package provides it, must be bound by the approval."""
+    from prereg.stages import BUILT_IN_KINDS, PLAIN
+
+    if not kind or kind in BUILT_IN_KINDS or kind == PLAIN.name:
+        return []
+    return registry.unbound_problems(bound, registry.STAGE_KINDS, kind)
+
+
 def gather(
     root: Path,
     record: dict,
@@ -424,6 +433,9 @@ def gather(
         deviations_now=tuple(deviations_now),
         execution_problems=tuple(execution.problems(root, plugins or [])),
         input_problems=tuple(problems),
-        extension_problems=tuple(registry.binding_problems(record.get("extensions") or {})),
+        extension_problems=tuple(
+            registry.binding_problems(record.get("extensions") or {})
+            + _unbound_kind(record.get("extensions") or {}, spec.get("kind"))
+        ),
     )
     return Gathered(facts=facts, plan=plan)

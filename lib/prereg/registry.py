@@ -205,6 +205,23 @@ def binding_problems(bound: dict) -> list[str]:
     return problems
 
 
+def unbound_problems(bound: dict, group: str, name: str) -> list[str]:
+    """Entry ``name`` of ``group`` comes from an installed package now, yet ``bound`` (what an
+    approval recorded) binds none for it: an approval whose ``extensions`` field was removed or
+    emptied by hand would otherwise let any installed version run unchecked."""
+    now = current_origin(group, name)
+    entries = bound.get(group) if isinstance(bound, dict) else None
+    if now is None or (isinstance(entries, dict) and name in entries):
+        return []
+    return [
+        (
+            f"{group} {name!r} comes from the installed {now['distribution']} (RECORD "
+            f"{now['record_sha256'][:12]}, {now['file']}), but the approval binds no installed "
+            "package for it (its extensions field lacks it): approve again under a new run id"
+        )
+    ]
+
+
 def origin(group: str, name: str) -> dict | None:
     """Where installed entry ``name`` of ``group`` was loaded from, or None if it was not."""
     return _origins.get(group, {}).get(name)
