@@ -75,3 +75,20 @@ def test_an_approval_whose_extensions_field_was_removed_by_hand_is_refused(tmp_p
     done = project.pytest(f"--research-stage={STAGE}", f"--run-id={run_id}")
     assert done.returncode != 0, done.stdout + done.stderr
     assert "binds no installed package" in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("linked", ["experiments", "plans", "plans/approvals"])
+def test_prereg_init_writes_nothing_through_a_symbolic_link(tmp_path, linked):
+    """A folder whose ``experiments`` (or ``plans``) is a link to another project's: init
+    would write ``.gitkeep`` or ``BASELINE.json`` into that project; it refuses instead."""
+    from prereg.scaffold import InitRefused, init_project
+
+    elsewhere = tmp_path / "other-project" / "folder"
+    elsewhere.mkdir(parents=True)
+    folder = tmp_path / "new"
+    (folder / linked).parent.mkdir(parents=True, exist_ok=True)
+    (folder / linked).symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(InitRefused, match="symbolic link"):
+        init_project(folder)
+    assert list(elsewhere.iterdir()) == [], "nothing written through the link"
+    assert sorted(p.name for p in folder.iterdir()) == [linked.split("/")[0]]

@@ -158,6 +158,20 @@ def init_project(folder: Path) -> tuple[list[str], bool]:
             "and wrote nothing. Move those files aside (or merge them by hand with what "
             "`prereg init` writes into an empty folder), or run `prereg init NEW_FOLDER`"
         )
+    linked = sorted(
+        {
+            parent.relative_to(folder).as_posix()
+            for rel in FILES
+            for parent in (folder / rel).parents
+            if parent != folder and folder in parent.parents and parent.is_symlink()
+        }
+    )
+    if linked:
+        raise InitRefused(
+            f"{folder} holds the symbolic link(s) {', '.join(linked)}, through which prereg "
+            "init would write outside the folder and wrote nothing; remove them (a prereg "
+            "project's files are the checkout's own), or run `prereg init NEW_FOLDER`"
+        )
     top = _git_top(folder)
     if top is not None and top != folder:
         raise InitRefused(
