@@ -457,6 +457,27 @@ class _Audit:
                         f"{approved!r}: the run loaded other extension code than approved"
                     )
 
+    def check_unbound_kind(self) -> None:
+        """The run's stage kind, when the run loaded it from an installed package, is one the
+        approval binds (an approval whose ``extensions`` field was removed by hand binds none,
+        and any installed version of the kind could have run)."""
+        from prereg.registry import STAGE_KINDS
+
+        ran = (self.extensions or {}).get(STAGE_KINDS) or {}
+        bound = (self.approval or {}).get("extensions")
+        bound = bound.get(STAGE_KINDS) if isinstance(bound, dict) else None
+        stage = (self.manifest or {}).get("stage")
+        plan = self.plan_at_source() if ran else None
+        if plan is None or not isinstance(stage, str) or stage not in plan.stages:
+            return
+        kind = plan.stage(stage)["kind"]
+        if kind in ran and not (isinstance(bound, dict) and kind in bound):
+            self.find(
+                f"{MANIFEST}: the run loaded stage kind {kind!r} from the installed "
+                f"{ran[kind].get('distribution')}, but the approval binds no installed package "
+                "for it (its extensions field lacks it): nothing shows the code approved ran"
+            )
+
     def check_run_id(self) -> None:
         for name, doc in ((MANIFEST, self.manifest), (START_RECORD, self.start)):
             value = (doc or {}).get("run_id")
@@ -953,6 +974,7 @@ def audit_run(root: Path, run_dir: Path, *, replay: bool = True) -> AuditResult:
         audit.check_item_log,
         audit.check_junit,
         audit.check_git,
+        audit.check_unbound_kind,
         audit.check_inputs,
     ]
     for check in checks:
