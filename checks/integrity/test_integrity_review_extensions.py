@@ -92,3 +92,46 @@ def test_prereg_init_writes_nothing_through_a_symbolic_link(tmp_path, linked):
         init_project(folder)
     assert list(elsewhere.iterdir()) == [], "nothing written through the link"
     assert sorted(p.name for p in folder.iterdir()) == [linked.split("/")[0]]
+
+
+def test_the_audit_finds_a_stage_kind_the_approval_does_not_bind(tmp_path):
+    """The audit's side of the removed ``extensions`` field: the run's manifest says its
+    stage kind came from an installed package, the approval binds none."""
+    from types import SimpleNamespace
+
+    from prereg.audit import _Audit
+
+    origin = {
+        "distribution": "toykind 1.0",
+        "entry_point": "toykind_mod:KIND",
+        "file": "/site/toykind_mod.py",
+        "record_sha256": "0" * 64,
+    }
+    plan = SimpleNamespace(stages={"toy": {}}, stage=lambda name: {"kind": "toy.kind"})
+
+    def findings(approval: dict) -> list[str]:
+        audit = _Audit(tmp_path, tmp_path / "runs" / "toy-20261201-001")
+        audit.approval = approval
+        audit.manifest = {
+            "stage": "toy",
+            "environment": {"extensions": {"prereg.stage_kinds": {"toy.kind": origin}}},
+        }
+        audit.plan_at_source = lambda: plan
+        audit.check_extensions()
+        audit.check_unbound_kind()
+        return audit.findings
+
+    assert findings({"extensions": {"prereg.stage_kinds": {"toy.kind": origin}}}) == []
+    (finding,) = findings({})
+    assert "binds no installed package" in finding and "toy.kind" in finding, finding
+
+
+def test_prereg_init_refuses_a_folder_inside_a_git_folder(tmp_path):
+    """``git rev-parse --show-toplevel`` fails inside ``.git``, which looked like "no
+    checkout": init wrote a project (and ran git init) inside another repository's .git."""
+    from prereg.scaffold import InitRefused, init_project
+
+    subprocess.run(["git", "init", "-q", str(tmp_path / "host")], check=True)
+    with pytest.raises(InitRefused, match="inside a git repository's own folder"):
+        init_project(tmp_path / "host" / ".git" / "project")
+    assert not (tmp_path / "host" / ".git" / "project").exists()

@@ -172,6 +172,14 @@ def init_project(folder: Path) -> tuple[list[str], bool]:
             "init would write outside the folder and wrote nothing; remove them (a prereg "
             "project's files are the checkout's own), or run `prereg init NEW_FOLDER`"
         )
+    probe = folder
+    while not probe.exists():
+        probe = probe.parent
+    if _git(probe, "rev-parse", "--is-inside-git-dir").stdout.strip() == "true":
+        raise InitRefused(
+            f"{folder} lies inside a git repository's own folder (.git, or a bare repository), "
+            "and wrote nothing; run prereg init in a folder outside it"
+        )
     top = _git_top(folder)
     if top is not None and top != folder:
         raise InitRefused(
