@@ -135,3 +135,18 @@ def test_prereg_init_refuses_a_folder_inside_a_git_folder(tmp_path):
     with pytest.raises(InitRefused, match="inside a git repository's own folder"):
         init_project(tmp_path / "host" / ".git" / "project")
     assert not (tmp_path / "host" / ".git" / "project").exists()
+
+
+def test_metadata_in_an_untracked_folder_on_sys_path_is_checked(tmp_path, monkeypatch):
+    """An untracked top-level folder put on sys.path (PYTHONPATH=extra) is where pytest's
+    autoload reads entry points too: its metadata is checked like lib/'s."""
+    root = tmp_path / "scratch"
+    _checkout_with_metadata(root, "other.egg-info", "[console_scripts]\n")
+    extra = root / "extra" / "evil.egg-info"
+    extra.mkdir(parents=True)
+    (extra / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: evil\nVersion: 0.1.0\n")
+    (extra / "entry_points.txt").write_text("[pytest11]\nevil = prereg.cli\n")
+    monkeypatch.syspath_prepend(str(root / "extra"))
+    checkout = execution.Checkout.read(root, strict=True)
+    problems = execution._ignored_problems(checkout, [])
+    assert len(problems) == 1 and "extra/evil.egg-info" in problems[0], problems

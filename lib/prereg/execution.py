@@ -663,10 +663,11 @@ def _ignored_problems(checkout: Checkout, plugins: list[tuple[str, object]]) -> 
             return  # a virtual environment: its site-packages are checked against RECORD
         # Below a source folder every folder is part of it (packages, namespace packages,
         # test folders pytest collects); at the top, where data folders live, only a
-        # package or a folder with a conftest.py is.
+        # package, a folder with a conftest.py, or a folder on sys.path is.
         if (
             inside
             or parent != ""
+            or rel in folders
             or any(os.path.isfile(os.path.join(path, m)) for m in FOLDER_MARKERS)
         ):
             for entry in sorted(os.listdir(path)):
