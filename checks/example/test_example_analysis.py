@@ -145,6 +145,15 @@ def test_a_replicate_is_a_function_of_its_seed(replicate):
     assert kind.item_key({"replicate": replicate}) == kind.replicate_id(replicate)
 
 
+@pytest.mark.parametrize(
+    "coords",
+    [{"replicate": True}, {"replicate": "1"}, {"replicate": 1.7}, {}, {"replicate": 1, "x": 0}],
+)
+def test_coordinates_that_name_no_replicate_are_refused(coords):
+    with pytest.raises(ValueError, match="one int coordinate 'replicate'"):
+        kind.item_key(coords)
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.integers(min_value=0, max_value=2**32 - 1))
 def test_ridge_without_penalty_is_least_squares_and_knn_of_all_points_is_the_mean(seed):

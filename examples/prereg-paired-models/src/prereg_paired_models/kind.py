@@ -45,8 +45,13 @@ def seed_coords(replicate: int) -> tuple[object, ...]:
 
 
 def item_key(coords: Mapping[str, Any]) -> str:
-    """An item's key from the coordinates it recorded (``research.coords(replicate=r)``)."""
-    return replicate_id(int(coords["replicate"]))
+    """An item's key from the coordinates it recorded (``research.coords(replicate=r)``).
+
+    Exactly one coordinate, an int: ``True``, ``"1"`` or ``1.7`` names no replicate."""
+    replicate = coords.get("replicate")
+    if set(coords) != {"replicate"} or type(replicate) is not int:
+        raise ValueError(f"an item records one int coordinate 'replicate', not {dict(coords)!r}")
+    return replicate_id(replicate)
 
 
 def _dump(path: Path, value: object) -> None:
