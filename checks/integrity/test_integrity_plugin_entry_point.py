@@ -9,14 +9,13 @@ a name already registered, with autoload on or off.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from prereg import execution
-from prereg.testing import ScratchProject
+from prereg.testing import ScratchProject, checkout_with_metadata
 
 pytestmark = pytest.mark.software
 
@@ -33,20 +32,7 @@ def test_pyproject_declares_exactly_the_allowed_entry_point():
 
 def _checkout_with_prereg_metadata(root: Path, entry_points: str) -> execution.Checkout:
     """A committed checkout holding lib/prereg/plugin.py, and an ignored egg-info beside it."""
-    root.mkdir()
-    for args in (["init", "-q"], ["config", "user.email", "a@b.c"], ["config", "user.name", "A"]):
-        subprocess.run(["git", *args], cwd=root, check=True)
-    (root / "lib" / "prereg").mkdir(parents=True)
-    (root / "lib" / "prereg" / "__init__.py").write_text("")
-    (root / "lib" / "prereg" / "plugin.py").write_text("")
-    (root / "lib" / "prereg" / "cli.py").write_text("def main():\n    return 0\n")
-    (root / ".gitignore").write_text("*.egg-info/\n__pycache__/\n")
-    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    subprocess.run(["git", "commit", "-q", "-m", "scratch"], cwd=root, check=True)
-    meta = root / "lib" / "prereg.egg-info"
-    meta.mkdir()
-    (meta / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: prereg\nVersion: 0.1.0\n")
-    (meta / "entry_points.txt").write_text(entry_points)
+    checkout_with_metadata(root, "prereg.egg-info", entry_points, name="prereg")
     return execution.Checkout.read(root, strict=True)
 
 

@@ -10,26 +10,14 @@ from pathlib import Path
 import pytest
 
 from prereg import execution
+from prereg.testing import checkout_with_metadata
 
 pytestmark = pytest.mark.software
 
 
 def _checkout_with_metadata(root: Path, folder: str, entry_points: str) -> execution.Checkout:
     """A committed checkout holding lib/prereg/, and uncommitted metadata ``lib/<folder>``."""
-    root.mkdir()
-    for args in (["init", "-q"], ["config", "user.email", "a@b.c"], ["config", "user.name", "A"]):
-        subprocess.run(["git", *args], cwd=root, check=True)
-    (root / "lib" / "prereg").mkdir(parents=True)
-    (root / "lib" / "prereg" / "__init__.py").write_text("")
-    (root / "lib" / "prereg" / "plugin.py").write_text("")
-    (root / "lib" / "prereg" / "cli.py").write_text("def main():\n    return 0\n")
-    (root / ".gitignore").write_text("*.egg-info/\n__pycache__/\n")
-    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    subprocess.run(["git", "commit", "-q", "-m", "scratch"], cwd=root, check=True)
-    meta = root / "lib" / folder
-    meta.mkdir()
-    (meta / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: other\nVersion: 0.1.0\n")
-    (meta / "entry_points.txt").write_text(entry_points)
+    checkout_with_metadata(root, folder, entry_points)
     return execution.Checkout.read(root, strict=True)
 
 

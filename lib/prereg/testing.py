@@ -371,3 +371,26 @@ def fake_distribution(
     rows.append(f"{meta.name}/RECORD,,")
     (meta / "RECORD").write_text("\n".join(rows) + "\n")
     return meta
+
+
+def checkout_with_metadata(root: Path, folder: str, entry_points: str, name: str = "other") -> Path:
+    """A committed git checkout ``root`` holding a minimal ``lib/prereg/`` (``plugin.py``,
+    ``cli.py``), with uncommitted (git-ignored when it is an ``*.egg-info``) package metadata
+    ``lib/<folder>`` of distribution ``name`` declaring ``entry_points``. Returns ``root``."""
+    root = Path(root)
+    root.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "a@b.c"], ["config", "user.name", "A"]):
+        subprocess.run(["git", *args], cwd=root, check=True)
+    package = root / "lib" / "prereg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "plugin.py").write_text("")
+    (package / "cli.py").write_text("def main():\n    return 0\n")
+    (root / ".gitignore").write_text("*.egg-info/\n__pycache__/\n")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "scratch"], cwd=root, check=True)
+    meta = root / "lib" / folder
+    meta.mkdir()
+    (meta / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n")
+    (meta / "entry_points.txt").write_text(entry_points)
+    return root
