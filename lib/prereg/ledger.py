@@ -20,6 +20,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from prereg import gitrepo
 from prereg.gitrepo import GitError
 
 NAMESPACE = "refs/prereg"
@@ -42,19 +43,17 @@ def attempt_ref(stage: str) -> str:
 
 
 def _git(root: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(root), *args], input=data, capture_output=True, check=False
-        )
-    except FileNotFoundError:
-        raise GitError("git is not installed; install it (apt-get install git)") from None
+    return gitrepo.run(root, *args, data=data, check=False)
 
 
 def _blob(root: Path, data: bytes) -> str:
-    done = _git(root, "hash-object", "-w", "--stdin", data=data)
+    done = _git(root, "hash-object", "-w", "--no-filters", "--stdin", data=data)
     if done.returncode != 0:
         raise GitError(f"git hash-object failed in {root}: {done.stderr.decode().strip()}")
-    return done.stdout.decode().strip()
+    oid = done.stdout.decode().strip()
+    if oid != gitrepo.object_id("blob", data, gitrepo.object_format(root)):
+        raise GitError(f"git hash-object in {root} named the record {oid}, not its blob id")
+    return oid
 
 
 def _create(root: Path, refs: list[str], data: bytes) -> None:
@@ -70,9 +69,27 @@ def _create(root: Path, refs: list[str], data: bytes) -> None:
 
 
 def read(root: Path, ref: str) -> bytes | None:
-    """The bytes of the blob ``ref`` points at, or None when the ref does not exist."""
-    done = _git(root, "cat-file", "blob", ref)
-    return done.stdout if done.returncode == 0 else None
+    """The bytes of the blob ``ref`` points at, or None when the ref does not exist.
+
+    The bytes are checked against the id the ref names (replace refs are ignored), so a
+    rewritten object file or a ref moved onto another kind of object is a GitError."""
+    found = _git(Path(root), "show-ref", "--verify", "--hash", "--", ref)
+    if found.returncode != 0:
+        return None
+    oid = found.stdout.decode().strip()
+    try:
+        kind, data = gitrepo.read_object(Path(root), oid)
+    except GitError as err:
+        raise GitError(
+            f"{ref} names object {oid}, which cannot be read back intact ({err}); the "
+            "record in git was tampered with: restore it from a clone that has the ref"
+        ) from None
+    if kind != "blob":
+        raise GitError(
+            f"{ref} names a {kind} ({oid}), not the blob of a record; the record in git was "
+            "tampered with: restore the ref from a clone that has it"
+        )
+    return data
 
 
 def spend(
