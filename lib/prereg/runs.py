@@ -8,7 +8,13 @@ from pathlib import Path
 
 from prereg.hashing import read_json
 
-RUN_ID_PATTERN = re.compile(r"^(?P<stage>[a-z][a-z0-9-]*)-(?P<date>\d{8})-(?P<seq>\d{3})$")
+# ASCII only, the whole string: ``[0-9]`` (``\d`` also matches digits such as '٣') and
+# ``\A``/``\Z`` (``$`` also matches before a trailing newline), so ``match`` and
+# ``fullmatch`` both test the whole id.
+STAGE_NAME = r"[a-z][a-z0-9-]*"
+RUN_ID_PATTERN = re.compile(
+    rf"\A(?P<stage>{STAGE_NAME})-(?P<date>[0-9]{{8}})-(?P<seq>[0-9]{{3}})\Z"
+)
 
 START_RECORD = "start.json"
 MANIFEST = "manifest.json"
@@ -29,7 +35,7 @@ class RunIdError(ValueError):
 
 def check_run_id(run_id: str, stage: str) -> None:
     """Run ids have the protocol's form ``<stage>-YYYYMMDD-NNN``."""
-    match = RUN_ID_PATTERN.match(run_id)
+    match = RUN_ID_PATTERN.fullmatch(run_id) if isinstance(run_id, str) else None
     if not match or match["stage"] != stage:
         raise RunIdError(
             f"run id {run_id!r} does not have the form {stage}-YYYYMMDD-NNN "
@@ -38,7 +44,7 @@ def check_run_id(run_id: str, stage: str) -> None:
 
 
 def valid_run_id(run_id: object) -> bool:
-    return isinstance(run_id, str) and RUN_ID_PATTERN.match(run_id) is not None
+    return isinstance(run_id, str) and RUN_ID_PATTERN.fullmatch(run_id) is not None
 
 
 def require_run_id(run_id: object) -> str:

@@ -8,12 +8,11 @@ status ``refused``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from prereg import gitrepo
-from prereg.hashing import read_json
+from prereg.hashing import parse_json, read_json
 from prereg.runs import COMPLETE, ITEM_LOG, START_RECORD, RunFolder, refusals_dir
 
 REFUSED = "refused"
@@ -65,8 +64,8 @@ def _item_log(run_dir: Path) -> tuple[dict, ...]:
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():
             try:
-                items.append(json.loads(line))
-            except json.JSONDecodeError:
+                items.append(parse_json(line, what=ITEM_LOG, source=f"line {number}"))
+            except ValueError:
                 items.append({"nodeid": f"(unreadable line {number} of {ITEM_LOG})"})
     return tuple(items)
 
@@ -197,7 +196,9 @@ def plan_at_run(root: Path, record: RunRecord) -> tuple[dict | None, str]:
     if commit:
         try:
             if gitrepo.commit_exists(root, commit):
-                return json.loads(gitrepo.show_bytes(root, commit, rel)), f"{rel} at {commit[:12]}"
+                data = gitrepo.show_bytes(root, commit, rel)
+                source = f"{rel} at {commit[:12]}"
+                return parse_json(data, what="plan", source=source), source
         except (gitrepo.GitError, ValueError):
             pass
     path = Path(root) / rel
