@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from prereg import execution, gate, registry
+from prereg import envlock, execution, gate, registry
 from prereg.testing import fake_distribution
 
 pytestmark = pytest.mark.software
@@ -54,7 +54,12 @@ def test_an_unchanged_installation_matches_its_binding(site):
     "version, module, phrase",
     [
         ("2.0", MODULE, "now comes from toybound 2.0"),  # another release
-        ("1.0", MODULE + "# patched\n", "now comes from toybound 1.0 (RECORD"),  # same version
+        # same version, other code: the approval's environment lock names the file
+        (
+            "1.0",
+            MODULE + "# patched\n",
+            "toybound 1.0 is installed now with other files: toybound_mod",
+        ),
         (None, None, "is not installed now"),  # uninstalled
     ],
     ids=["new-version", "same-version-other-code", "uninstalled"],
@@ -66,6 +71,7 @@ def test_a_reinstalled_or_removed_package_is_refused_by_the_gate(site, version, 
             "toy.bound": registry.current_origin(registry.STAGE_KINDS, "toy.bound")
         }
     }
+    lock = envlock.lock()
     if version is None:
         for path in site.iterdir():
             if path.is_dir():
@@ -76,7 +82,7 @@ def test_a_reinstalled_or_removed_package_is_refused_by_the_gate(site, version, 
                 path.unlink()
     else:
         _install(site, version, module)
-    problems = registry.binding_problems(bound)
+    problems = registry.binding_problems(bound, lock)
     assert len(problems) == 1 and phrase in problems[0] and "toy.bound" in problems[0], problems
     assert "approved from toybound 1.0" in problems[0], problems
     facts = gate.Facts(

@@ -15,10 +15,12 @@ group                      the entry point names                                
 A run must be able to say exactly which code it ran, so an entry is read only from a
 distribution installed in site-packages whose module is a file listed, with a matching
 SHA-256, in the distribution's RECORD: a recorded package version (an editable install does
-not qualify, nor does metadata lying inside the checkout). The project's own entries are
-tracked code and never come from metadata (see each registry's built-in table); an installed
-entry under a built-in name is ignored. :func:`origin` says where a loaded entry came from,
-and the manifest records it.
+not qualify, nor does metadata lying inside the checkout). An entry's origin binds the SHA-256
+of the RECORD entries that count (:func:`prereg.envlock.counted_entries`: the installer's
+bookkeeping such as ``direct_url.json`` left out), so a byte-identical reinstall from another
+copy of the source matches it. The project's own entries are tracked code and never come from
+metadata (see each registry's built-in table); an installed entry under a built-in name is
+ignored. :func:`origin` says where a loaded entry came from, and the manifest records it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import os
 import sys
 from pathlib import Path
 from typing import Callable
+
+from prereg import envlock
 
 STAGE_KINDS = "prereg.stage_kinds"
 LAW_FAMILIES = "prereg.law_families"
@@ -56,7 +60,13 @@ def _module_of(value: str) -> str:
 
 
 def _recorded_points(group: str):
-    """(entry point, origin or None, reason) of every entry of ``group`` installed.
+    """(entry point, origin or None, reason) of every entry of ``group`` installed."""
+    for point, found, reason, _ in _recorded(group):
+        yield point, found, reason
+
+
+def _recorded(group: str):
+    """(entry point, origin or None, reason, distribution) of every entry of ``group`` installed.
 
     The origin (see :func:`origin`) is None, and the reason says why, when the entry's
     module is not a file its distribution's RECORD lists with a matching SHA-256.
@@ -80,12 +90,13 @@ def _recorded_points(group: str):
                         f"{_module_of(point.value)} (an editable install? install the package "
                         "normally: pip install PATH, not pip install -e PATH)"
                     ),
+                    dist,
                 )
                 continue
             path = os.path.realpath(dist.locate_file(files[0]))
             recorded = files[0].hash
             if recorded is None or recorded.mode != "sha256":
-                yield point, None, f"{label}: RECORD gives no SHA-256 of {path}; reinstall"
+                yield point, None, f"{label}: RECORD gives no SHA-256 of {path}; reinstall", dist
                 continue
             digest = hashlib.sha256(Path(path).read_bytes()).digest()
             if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != recorded.value:
@@ -93,20 +104,23 @@ def _recorded_points(group: str):
                     point,
                     None,
                     (f"{label}: {path} differs from the RECORD of {label}; reinstall it"),
+                    dist,
                 )
                 continue
-            record = (dist.read_text("RECORD") or "").encode()
+            entries = envlock.counted_entries(dist.read_text("RECORD") or "")
             yield (
                 point,
                 {
                     "distribution": label,
                     "entry_point": point.value,
                     "file": path,
-                    # RECORD lists every file of the distribution with its hash: binding it binds
-                    # the whole installed package (the execution check holds loaded files to it)
-                    "record_sha256": hashlib.sha256(record).hexdigest(),
+                    # RECORD lists every file of the distribution with its hash: binding the
+                    # entries that count binds the whole installed package (the execution check
+                    # holds loaded files to it), and not where it was installed from
+                    "record_sha256": envlock.entries_sha256(entries),
                 },
                 "",
+                dist,
             )
 
 
@@ -115,23 +129,24 @@ def installed_names(group: str) -> list[str]:
     return sorted({p.name for p, found, _ in _recorded_points(group) if found is not None})
 
 
-def _candidates(group: str, name: str) -> tuple[list[tuple[object, dict]], list[str]]:
-    """The recorded installed providers of ``name`` in ``group``, and why others are not."""
+def _candidates(group: str, name: str) -> tuple[list[tuple[object, dict, object]], list[str]]:
+    """The recorded installed providers of ``name`` in ``group`` (entry point, origin,
+    distribution), and why others are not."""
     valid, reasons = [], []
-    for point, found, reason in _recorded_points(group):
+    for point, found, reason, dist in _recorded(group):
         if point.name != name:
             continue
         if found is None:
             reasons.append(reason)
-        elif found not in [f for _, f in valid]:
-            valid.append((point, found))
+        elif found not in [f for _, f, _ in valid]:
+            valid.append((point, found, dist))
     return valid, reasons
 
 
-def _ambiguity(name: str, valid: list[tuple[object, dict]]) -> str:
+def _ambiguity(name: str, valid: list[tuple[object, dict, object]]) -> str:
     return (
         f"{name!r} is provided by {len(valid)} installed distributions "
-        f"({', '.join(f['distribution'] for _, f in valid)}): which code runs would depend on "
+        f"({', '.join(f['distribution'] for _, f, _ in valid)}): which code runs would depend on "
         "the order of site-packages; uninstall all but one"
     )
 
@@ -146,7 +161,7 @@ def load_installed(group: str, name: str, accept: Callable[[object], bool]) -> o
     valid, reasons = _candidates(group, name)
     if len(valid) > 1:
         raise NotInstalled(group, name, [*reasons, _ambiguity(name, valid)])
-    for point, found in valid:
+    for point, found, _ in valid:
         loaded_object = point.load()
         module = sys.modules.get(_module_of(point.value))
         loaded = os.path.realpath(getattr(module, "__file__", "") or "")
@@ -173,10 +188,55 @@ def current_origin(group: str, name: str) -> dict | None:
     return valid[0][1] if len(valid) == 1 else None
 
 
-def binding_problems(bound: dict) -> list[str]:
+def _files_named(lock: dict | None, dist: object) -> str | None:
+    """The files of installed ``dist`` that differ from the listing of it in ``lock`` (an
+    approval's environment_lock, :mod:`prereg.envlock`), or None when it lists none."""
+    bound = lock.get("distributions") if isinstance(lock, dict) else None
+    name = envlock.normalised(dist.metadata["Name"] or "")
+    entry = bound.get(name) if isinstance(bound, dict) else None
+    now = dict(envlock.counted_entries(dist.read_text("RECORD") or ""))
+    return envlock.file_differences(entry.get("entries") if isinstance(entry, dict) else None, now)
+
+
+def _differs(approved: dict, now: dict, dist: object, lock: dict | None) -> str:
+    """What differs between an approved origin and the one installed now, and what to do."""
+    again = "or approve the installed code under a new run id"
+    label = approved.get("distribution")
+    if now["distribution"] != label:
+        return (
+            f"now comes from {now['distribution']} (RECORD {now['record_sha256'][:12]}, "
+            f"{now['file']}): reinstall {label} as approved, {again}"
+        )
+    if now["record_sha256"] != approved.get("record_sha256"):
+        files = _files_named(lock, dist)
+        which = (
+            f": {files}"
+            if files is not None
+            else (
+                f" (RECORD {now['record_sha256'][:12]}; the approval's environment_lock lists no "
+                "files of it, so the one that differs is not named)"
+            )
+        )
+        return (
+            f"{label} is installed now with other files{which}: reinstall the approved files, "
+            + again
+        )
+    moved = [
+        f"{field} {now[field]} (approved {approved.get(field)})"
+        for field in ("entry_point", "file")
+        if now[field] != approved.get(field)
+    ]
+    return (
+        f"{label} now declares it otherwise: {'; '.join(moved)}: reinstall it as approved, {again}"
+    )
+
+
+def binding_problems(bound: dict, lock: dict | None = None) -> list[str]:
     """How the installed extensions differ from ``bound`` (group -> name -> origin, what an
     approval recorded): each must still come from the same distribution, entry point, file
-    and RECORD, or the code that would run is not the code approved."""
+    and RECORD entries, or the code that would run is not the code approved. ``lock`` is the
+    approval's environment_lock (:mod:`prereg.envlock`): where it lists the distribution's
+    files, a refusal names the files that differ."""
     problems = []
     for group, entries in sorted(bound.items()):
         for name, approved in sorted(entries.items()):
@@ -198,9 +258,8 @@ def binding_problems(bound: dict) -> list[str]:
                 )
             else:
                 problems.append(
-                    f"{group} {name!r} was approved from {was}, and now comes from "
-                    f"{now['distribution']} (RECORD {now['record_sha256'][:12]}, {now['file']}): "
-                    "reinstall the approved version, or approve the new one under a new run id"
+                    f"{group} {name!r} was approved from {was}, and "
+                    + _differs(approved, now, valid[0][2], lock)
                 )
     return problems
 
