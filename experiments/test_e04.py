@@ -3,7 +3,7 @@
 import pytest
 
 from prereg.e04 import stage as e04
-from prereg.plugin import stage_inputs, stage_plan
+from prereg.plugin import project_root, stage_inputs, stage_plan
 
 pytestmark = pytest.mark.research_stage("e04")
 
@@ -17,4 +17,4 @@ def pytest_generate_tests(metafunc):
 
 
 def test_cell(cell, research, pytestconfig):
-    e04.run_item(research, cell, root=pytestconfig.rootpath, inputs=research.inputs)
+    e04.run_item(research, cell, root=project_root(pytestconfig), inputs=research.inputs)

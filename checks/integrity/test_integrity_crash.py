@@ -182,6 +182,7 @@ def test_a_manifest_that_cannot_be_recorded_in_git_stays_and_the_terminal_says_s
 
 HANDLERS = """
 import json, signal
+from prereg.plugin import project_root
 
 
 def _names():
@@ -198,7 +199,7 @@ def pytest_runtest_call(item):
 
 def pytest_unconfigure(config):
     SEEN["end"] = _names()
-    (config.rootpath / "handlers.json").write_text(json.dumps(SEEN))
+    (project_root(config) / "handlers.json").write_text(json.dumps(SEEN))
 """
 
 
@@ -236,17 +237,21 @@ def test_a_run_started_under_nohup_keeps_ignoring_sighup(tmp_path):
 
 SECOND_SIGNALS = """
 import os, signal
+from prereg.plugin import project_root
 
 
 def pytest_sessionfinish(session):
-    if (session.config.rootpath / "runs" / "toy-20261130-001").is_dir():  # the run, not the listing
+    if (project_root(session.config) / "runs" / "toy-20261130-001").is_dir():  # the run, not the listing
         os.kill(os.getpid(), signal.SIGHUP)  # the terminal closes while the run ends
         os.kill(os.getpid(), signal.SIGINT)  # and Ctrl-C is pressed again
 """
 
 FAILING_SESSION_END = """
+from prereg.plugin import project_root
+
+
 def pytest_sessionfinish(session):
-    if (session.config.rootpath / "runs" / "toy-20261130-001").is_dir():  # the run, not the listing
+    if (project_root(session.config) / "runs" / "toy-20261130-001").is_dir():  # the run, not the listing
         raise RuntimeError("a plugin broke at the session end")
 """
 
@@ -343,6 +348,7 @@ def test_a_failing_environment_probe_still_leaves_a_minimal_manifest(tmp_path):
 FILL_DISK = """
 import os
 import pytest
+from prereg.plugin import project_root
 
 
 FREE_UP = True
@@ -350,7 +356,7 @@ FREE_UP = True
 
 def pytest_runtest_setup(item):
     if item.callspec.params["cell"] == 3 and FREE_UP:
-        (item.config.rootpath / "runs" / "filler").unlink()  # the disk frees up again
+        (project_root(item.config) / "runs" / "filler").unlink()  # the disk frees up again
 
 
 @pytest.hookimpl(wrapper=True)
@@ -358,7 +364,7 @@ def pytest_runtest_call(item):
     result = yield
     if item.callspec.params["cell"] == 1:  # after its outputs: fill runs/ to the last byte
         item.funcargs["research"].coords(padding="x" * 16384)  # more than a page left over
-        fd = os.open(item.config.rootpath / "runs" / "filler", os.O_WRONLY | os.O_CREAT)
+        fd = os.open(project_root(item.config) / "runs" / "filler", os.O_WRONLY | os.O_CREAT)
         try:
             while os.write(fd, bytes(65536)):
                 pass

@@ -544,7 +544,10 @@ def test_the_manifest_records_the_execution_environment(toy):
     done = toy.pytest("--research-stage=toy", "-n", "2", env={"PYTEST_ADDOPTS": "-p no:randomly"})
     assert_runs(toy, done)  # each worker re-checked its own code too
     recorded = toy.manifest(RUN)["environment"]["execution"]
-    assert recorded["PYTEST_ADDOPTS"] == "-p no:randomly" and recorded["PYTHONPATH"] is None
+    # The session takes the launcher's PYTEST_ADDOPTS on its command line, never from the
+    # environment; the manifest records both.
+    assert recorded["PYTEST_ADDOPTS"] is None and recorded["PYTHONPATH"] is None
+    assert "-p no:randomly" in " ".join(recorded["argv"]), recorded["argv"]
     plugins = {p["name"]: p for p in recorded["plugins"]}
     import prereg.plugin
 

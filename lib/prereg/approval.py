@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from prereg import gate, gitrepo, ledger, provenance, registry
+from prereg import envlock, gate, gitrepo, ledger, provenance, registry
 from prereg.gate import Refusal
 from prereg.hashing import read_json, sha256_file, write_json
 from prereg.plans import load_plan, validate_stage
@@ -55,6 +55,7 @@ APPROVAL_SCHEMA = {
     "approved_by": str,
     # installed extensions the stage's plan loaded (prereg.registry): group -> name -> origin
     "extensions": Optional(MapOf(MapOf(registry.EXTENSION_ORIGIN))),
+    "environment_lock": Optional(envlock.LOCK_SCHEMA),
 }
 
 
@@ -310,6 +311,9 @@ def create_approval(
     extensions = registry.loaded_origins()
     if extensions:
         record["extensions"] = extensions
+    # The interpreter and every installed distribution (prereg.envlock): the gate refuses a
+    # run after anything was installed, removed or changed.
+    record["environment_lock"] = envlock.lock()
     facts = gate.gather(root, record, record_path, stage=stage, at_approval=True).facts
     refusals = gate.check(facts, gate.APPROVE_CONDITIONS)
     if refusals:
@@ -323,7 +327,7 @@ def _sha256_or_none(path: Path) -> str:
 
 
 def _approver(root: Path) -> str:
-    name = gitrepo.git(root, "config", "user.name", check=False).strip()
+    name = gitrepo.user_name(root)
     return name or getpass.getuser()
 
 
@@ -369,7 +373,7 @@ def write_refusal(
     """Record a refusal under runs/refusals/ (it does not spend the run id)."""
     now = datetime.now(timezone.utc)
     label = run_id if valid_run_id(run_id) else "invalid-run-id" if run_id else stage
-    if not re.fullmatch(r"[a-z][a-z0-9-]*(-\d{8}-\d{3})?", label):
+    if not re.fullmatch(r"[a-z][a-z0-9-]*(-[0-9]{8}-[0-9]{3})?", label):
         label = "unknown-stage"
     name = f"{label}-{now.strftime('%Y%m%dT%H%M%S%fZ')}.json"
     path = contained(root, refusals_dir(root) / name)

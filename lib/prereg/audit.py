@@ -24,8 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from prereg import gitrepo, ledger
-from prereg.hashing import parse_json, read_json, sha256_bytes, sha256_file
+from prereg import envlock, execution, gate, gitrepo, ledger
+from prereg.hashing import (
+    FolderListing,
+    hash_entry,
+    list_folder,
+    parse_json,
+    read_json,
+    sha256_bytes,
+    sha256_file,
+)
 from prereg.runs import (
     APPROVAL_COPY,
     COMPLETE,
@@ -287,22 +295,41 @@ def _listed_files(manifest: dict) -> dict[str, dict]:
     return listed
 
 
+def _differs(now: dict, entry: dict) -> bool:
+    return now["bytes"] != entry.get("bytes") or now["sha256"] != entry.get("sha256")
+
+
 def _hash_findings(run_dir: Path, manifest: dict) -> list[str]:
-    """Each file the manifest lists that is missing or hashes otherwise, and each unlisted file."""
+    """Each file the manifest lists that is missing or hashes otherwise, each unlisted file,
+    and each entry that is neither a regular file nor a folder (a symbolic link, a named
+    pipe: never followed nor read)."""
     findings = []
     listed = _listed_files(manifest)
+    contents = list_folder(run_dir)
+    present = set(contents.files)
+    irregular = {e["path"] for e in contents.irregular}
     for rel, entry in sorted(listed.items()):
-        path = run_dir / rel
         if not _inside(rel):
             findings.append(f"{MANIFEST}: lists {rel!r}, a path outside the run folder")
-        elif not path.is_file():
+        elif rel in irregular:
+            continue  # named below
+        elif rel not in present:
             findings.append(f"missing file: {rel}")
-        elif path.stat().st_size != entry.get("bytes") or sha256_file(path) != entry.get("sha256"):
+        elif _differs(hash_entry(run_dir, rel), entry):
             findings.append(f"changed file: {rel} (SHA-256 differs from the manifest)")
-    present = {p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file()}
     for rel in sorted(present - set(listed) - {MANIFEST}):
         findings.append(f"extra file not in the manifest: {rel}")
-    return findings
+    return findings + _irregular_findings(contents)
+
+
+def _irregular_findings(contents: FolderListing) -> list[str]:
+    """Each entry of the run folder that is neither a regular file nor a folder."""
+    return [
+        f"not a regular file: {e['path']} is {e['kind']}; a run folder holds only regular files "
+        "and folders (the audit neither follows a link nor reads a pipe, so nothing there is "
+        "hashed): find what made it; the run cannot audit clean while it is there"
+        for e in contents.irregular
+    ]
 
 
 # -- the audit ---------------------------------------------------------------------------------
@@ -400,6 +427,7 @@ class _Audit:
     def check_files(self) -> None:
         m = self.manifest
         if m is None:
+            self.findings.extend(_irregular_findings(list_folder(self.run_dir)))
             return
         self.findings.extend(_hash_findings(self.run_dir, m))
         listed = {e["path"] for e in m.get("run_files", [])}
@@ -457,6 +485,22 @@ class _Audit:
                         f"{approved!r}: the run loaded other extension code than approved"
                     )
 
+    def check_environment_lock(self) -> None:
+        """``environment.environment_lock``: the interpreter and installed distributions the run
+        saw equal the approval's lock (prereg.envlock); an approval without one binds none."""
+        bound = (self.approval or {}).get("environment_lock")
+        env = (self.manifest or {}).get("environment")
+        if bound is None or (self.manifest or {}).get("minimal"):
+            return  # a minimal manifest records no environment (its reasons say why)
+        where = "environment.environment_lock"
+        if not isinstance(env, dict) or "environment_lock" not in env:
+            self.find(f"{MANIFEST}: the approval binds an environment lock, but {where} is missing")
+            return
+        if not _fits(env["environment_lock"], envlock.LOCK_SCHEMA, MANIFEST, where, self.findings):
+            return
+        for problem in envlock.lock_problems(bound, env["environment_lock"], when="in the run"):
+            self.find(f"{MANIFEST}: {where}: {problem}")
+
     def check_unbound_kind(self) -> None:
         """The run's stage kind, when the run loaded it from an installed package, is one the
         approval binds (an approval whose ``extensions`` field was removed by hand binds none,
@@ -477,6 +521,55 @@ class _Audit:
                 f"{ran[kind].get('distribution')}, but the approval binds no installed package "
                 "for it (its extensions field lacks it): nothing shows the code approved ran"
             )
+
+    def read_record(self, ref: str) -> bytes | None:
+        """git's record ``ref`` (None when absent, or damaged: then named as a finding)."""
+        try:
+            return ledger.read(self.root, ref)
+        except gitrepo.GitError as err:
+            self.find(f"git's record {ref} cannot be read intact: {err}")
+            return None
+
+    def check_execution(self) -> None:
+        """Re-judge, from the manifest, the conditions under which the run's code ran: it ran
+        from a snapshot whose tree is the source commit's, at the start and at the end
+        (:func:`prereg.gate.hermetic`), and its recorded execution escapes neither the
+        snapshot nor the installed packages (:func:`prereg.execution.recorded_problems`)."""
+        env = (self.manifest or {}).get("environment")
+        source = self.source_commit
+        if not isinstance(env, dict) or not self.git or source is None:
+            return
+        snapshot = env.get("snapshot")
+        if not isinstance(snapshot, dict):
+            self.find(
+                f"{MANIFEST}: environment.snapshot is missing: nothing shows the run executed a "
+                "snapshot of the approved commit (a research run started with `pytest "
+                "--research-stage=NAME` always records one)"
+            )
+        else:
+            with gitrepo.ObjectReader(self.root) as objects:
+                source_tree = objects.commit_tree(source)
+            for key in ("tree", "tree_at_end"):
+                facts = gate.Facts(
+                    stage=str(self.manifest.get("stage")),
+                    record=self.approval or {},
+                    record_rel="",
+                    snapshot_tree=str(snapshot.get(key)),
+                    source_tree=source_tree,
+                )
+                for refusal in gate.hermetic(facts):
+                    self.find(f"{MANIFEST}: environment.snapshot.{key}: {refusal.message}")
+        record = env.get("execution")
+        if isinstance(record, dict):
+
+            def committed(rel: str) -> str | None:
+                try:
+                    return sha256_bytes(gitrepo.show_bytes(self.root, source, rel))
+                except gitrepo.GitError:
+                    return None
+
+            for problem in execution.recorded_problems(record, committed):
+                self.find(f"{MANIFEST}: environment.execution: {problem}")
 
     def check_run_id(self) -> None:
         for name, doc in ((MANIFEST, self.manifest), (START_RECORD, self.start)):
@@ -692,6 +785,8 @@ class _Audit:
             )
             return
         self.git_answers = True
+        for problem in gitrepo.history_problems(self.root):
+            self.find(f"the repository's history cannot be trusted: {problem}")
         source = self.source_commit
         if source is None:
             self.blockers.append(
@@ -705,9 +800,12 @@ class _Audit:
             )
         else:
             self.git = True
-            self.check_committed(source)
+            try:
+                self.check_committed(source)
+            except gitrepo.GitError as err:
+                self.find(f"git cannot read the run's commit {source[:12]} intact: {err}")
         run_id = self.run_id
-        known = run_id is not None and ledger.read(self.root, ledger.start_ref(run_id)) is not None
+        known = run_id is not None and self.read_record(ledger.start_ref(run_id)) is not None
         if self.git or known:  # else this is not the repository the run was made in
             self.check_refs()
 
@@ -769,7 +867,7 @@ class _Audit:
             (MANIFEST, self.files.manifest, ledger.manifest_ref(run_id)),
         ):
             try:
-                recorded = ledger.read(self.root, ref)
+                recorded = self.read_record(ref)
             except gitrepo.GitError as err:
                 self.blockers.append(str(err))
                 return
@@ -803,7 +901,7 @@ class _Audit:
                 self.find(f"{where}.run_id {run_id!r} is not a run id")
                 continue
             ref = ledger.manifest_ref(run_id)
-            recorded = ledger.read(self.root, ref)
+            recorded = self.read_record(ref)
             if recorded is None:
                 self.find(
                     f"{where}: git has no record {ref}: the required run {run_id} was not "
@@ -828,11 +926,11 @@ class _Audit:
         if not single:
             return
         ref = ledger.attempt_ref(stage)
-        recorded = ledger.read(self.root, ref)
+        recorded = self.read_record(ref)
         if recorded is None:
             self.find(f"stage {stage} allows a single attempt, but git has no record {ref}")
             return
-        mine = ledger.read(self.root, ledger.start_ref(run_id))
+        mine = self.read_record(ledger.start_ref(run_id))
         if recorded != mine:
             other = ledger.attempt_run_id(self.root, stage)
             self.find(
@@ -967,6 +1065,7 @@ def audit_run(root: Path, run_dir: Path, *, replay: bool = True) -> AuditResult:
         audit.load,
         audit.check_files,
         audit.check_extensions,
+        audit.check_environment_lock,
         audit.check_run_id,
         audit.check_against_approval,
         audit.check_against_start,
@@ -974,6 +1073,7 @@ def audit_run(root: Path, run_dir: Path, *, replay: bool = True) -> AuditResult:
         audit.check_item_log,
         audit.check_junit,
         audit.check_git,
+        audit.check_execution,
         audit.check_unbound_kind,
         audit.check_inputs,
     ]

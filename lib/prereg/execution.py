@@ -61,7 +61,6 @@ import marshal
 import os
 import shutil
 import site
-import subprocess
 import sys
 import sysconfig
 import types
@@ -227,10 +226,10 @@ class Checkout:
 
     @classmethod
     def read(cls, folder: str | os.PathLike, *, strict: bool) -> Checkout | None:
+        from prereg import gitrepo
+
         def git(*args: str) -> str | None:
-            done = subprocess.run(
-                ["git", "-C", os.fspath(folder), *args], capture_output=True, check=False
-            )
+            done = gitrepo.run(os.fspath(folder), *args, check=False)
             return done.stdout.decode("utf-8", "surrogateescape") if done.returncode == 0 else None
 
         top = git("rev-parse", "--show-toplevel")
@@ -283,13 +282,9 @@ class Checkout:
         return out
 
     def head(self) -> str | None:
-        done = subprocess.run(
-            ["git", "-C", self.top, "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        return done.stdout.strip() if done.returncode == 0 else None
+        from prereg import gitrepo
+
+        return gitrepo.resolve(Path(self.top), "HEAD")
 
 
 # -- loaded code ----------------------------------------------------------------------------
@@ -334,10 +329,18 @@ class Environment:
     editable_dirs: dict[str, tuple[str, str]]  # dist -> (version, dir)
 
     @classmethod
-    def read(cls, root: Path) -> Environment:
+    def read(cls, root: Path, snapshot=None) -> Environment:
+        """``snapshot`` (:class:`prereg.snapshot.Snapshot`): the code runs from that verified
+        folder, whose files are exactly the approved commit's (``root`` is that folder)."""
         sites = site_dirs()
         installed = Installed.scan(sites)
-        top = Checkout.read(root, strict=True)
+        if snapshot is not None:
+            top = Checkout(
+                top=_real(snapshot.folder), blobs=dict(snapshot.blobs), others=[], ignored=[],
+                strict=True,
+            )  # fmt: skip
+        else:
+            top = Checkout.read(root, strict=True)
         checkouts = [top] if top is not None else []
         for _dist, (_version, folder) in sorted(installed.editable.items()):
             if any(_under(folder, c.top) for c in checkouts) or not os.path.isdir(folder):
@@ -391,6 +394,52 @@ def _module_problems(env: Environment, files: dict[str, list[str]]) -> list[str]
     return found
 
 
+def _scripts_folder_problems(env: Environment, folder: str) -> list[str]:
+    """What an import from the scripts ``folder`` on ``sys.path`` could load unchecked.
+
+    Python puts a started script's folder first on ``sys.path``: a console script
+    (``.venv/bin/pytest``, ``prereg``) puts the environment's scripts folder there, and xdist
+    copies the controller's ``sys.path`` to each local worker. So a prereg installed into an
+    environment outside the checkout runs with that ``bin`` on ``sys.path``; it is accepted
+    by what it holds, wherever it lies (a ``.venv`` inside the checkout too, which the
+    ignored-file scan never walks), whatever put it there.
+
+    Python's path finder loads from a folder only a file whose name ends in a module suffix
+    (``.py``, bytecode, extension modules) and a sub-folder (a package, or a namespace
+    package even without ``__init__.py``); importlib.metadata (pytest's plugin autoload)
+    reads ``*.dist-info`` and ``*.egg-info`` there. The console scripts pip writes carry no
+    suffix (``pytest``, ``prereg``), and neither do ``python`` and ``activate``: nothing in a
+    plain environment's scripts folder can be imported. So every sub-folder is refused, and
+    every file with such a suffix must be listed in an installed distribution's RECORD with
+    its hash (a distribution's own script ``tool.py``, trusted as its site-packages modules
+    are); the rest of the folder is not importable and is not read.
+    """
+    found = []
+    where = (
+        "in the scripts folder on sys.path (a console script's folder, from which an import "
+        "after the gate would load code unchecked)"
+    )
+    other = (
+        "or start the run with python -m pytest (python -m prereg.cli), which keeps the "
+        "folder off sys.path"
+    )
+    for entry in sorted(os.listdir(folder)):
+        path = os.path.join(folder, entry)
+        if os.path.isdir(path):
+            found.append(
+                f"folder {path} {where} could be imported as a package: move it out of "
+                f"{folder}, {other}"
+            )
+        elif entry.lower().endswith((*LOADABLE_SUFFIXES, *METADATA_SUFFIXES)):
+            try:
+                why = env.installed.check(_real(path))
+            except OSError as error:
+                why = f"cannot be read ({error.strerror}): remove it"
+            if why is not None:
+                found.append(f"file {path} {where} {why}, {other}")
+    return found
+
+
 def _main_problems() -> list[str]:
     """The process must be started from a file (``pytest``, ``python -m pytest``): code given
     on the command line (``python -c``) or typed interactively runs before the gate and is
@@ -411,8 +460,13 @@ def _path_problems(env: Environment) -> list[str]:
     """``sys.path`` entries from which a later import (during collection or in an item,
     after the gate) could load code that nothing accounts for."""
     found = []
+    scripts = scripts_dir()
+    if any(_real(entry or os.getcwd()) == scripts for entry in sys.path):
+        found += _scripts_folder_problems(env, scripts)
     for entry in sys.path:
         path = _real(entry or os.getcwd())
+        if path == scripts:
+            continue  # checked by its content above
         if not os.path.exists(path):
             continue  # the import system never looks there again (path_importer_cache)
         allowed = [*env.sites, *(c.top for c in env.checkouts), *env.stdlib]
@@ -751,14 +805,16 @@ def _worker_problems(plugins: list[tuple[str, object]]) -> list[str]:
 # -- the two entry points -------------------------------------------------------------------
 
 
-def problems(root: Path, plugins: list[tuple[str, object]], *, worker: bool = False) -> list[str]:
+def problems(
+    root: Path, plugins: list[tuple[str, object]], *, worker: bool = False, snapshot=None
+) -> list[str]:
     """Each way this process's code escapes the approved checkout and recorded packages.
 
     ``plugins`` is ``config.pluginmanager.list_name_plugin()``. Each string names the file
     and says what to do. ``worker``: an xdist worker, whose ``__main__`` is execnet's
     bootstrap (code given on its command line by xdist, a recorded package).
     """
-    env = Environment.read(Path(root))
+    env = Environment.read(Path(root), snapshot)
     if env.root is None:
         return [f"{root} is not a git checkout: nothing approves the code that would run"]
     found = []
@@ -786,14 +842,14 @@ def _file_record(path: str | None, env: Environment) -> dict | None:
     return {"file": _show(path, env), "sha256": sha256_file(path)}
 
 
-def record(root: Path, plugins: list[tuple[str, object]]) -> dict:
+def record(root: Path, plugins: list[tuple[str, object]], snapshot=None) -> dict:
     """What the manifest records of the execution environment.
 
     The variables that change what pytest loads, every loaded pytest plugin (module, file,
     SHA-256), ``sitecustomize``/``usercustomize`` when loaded, and each editable install
     outside the checkout: its git commit and the loaded files that differ from it.
     """
-    env = Environment.read(Path(root))
+    env = Environment.read(Path(root), snapshot)
     plugin_records = []
     for name, plugin in plugins:
         if plugin is None:
@@ -835,6 +891,8 @@ def record(root: Path, plugins: list[tuple[str, object]]) -> dict:
     return {
         **{name: os.environ.get(name) for name in RECORDED_VARIABLES},
         "python_optimize": sys.flags.optimize,
+        "argv": list(sys.argv),
+        "sys_path": list(sys.path),
         "xdist_workers": worker_specs(plugins),
         "plugins": sorted(plugin_records, key=lambda p: p["name"]),
         **{
@@ -845,3 +903,48 @@ def record(root: Path, plugins: list[tuple[str, object]]) -> dict:
         },
         "editable": editable,
     }
+
+
+# Folders of installed packages: an absolute plugin file below one was installed by pip.
+INSTALLED_FOLDERS = ("site-packages", "dist-packages")
+
+
+def recorded_problems(record: dict, committed_sha256) -> list[str]:
+    """Each way a hermetic session's recorded execution (:func:`record`) escapes the snapshot
+    and the installed packages: judged by the session's gate on its own record, and by the
+    audit on the manifest's, so a gate switched off from inside the run is still found.
+
+    ``committed_sha256(rel)`` is the SHA-256 of file ``rel`` at the source commit (None when
+    the commit has no such file)."""
+    found = []
+    for name in RECORDED_VARIABLES:
+        if record.get(name):
+            found.append(
+                f"{name} was {record[name]!r}; a research session runs with none (it starts from "
+                "a snapshot in an allow-listed environment): start the run with `pytest "
+                "--research-stage=NAME` and give options on its command line"
+            )
+    if record.get("python_optimize"):
+        found.append(f"Python ran with optimisation level {record['python_optimize']} (-O)")
+    editable = [e.get("checkout") for e in record.get("editable") or [] if isinstance(e, dict)]
+    for plugin in record.get("plugins") or []:
+        path = plugin.get("file") if isinstance(plugin, dict) else None
+        if not isinstance(path, str):
+            continue
+        name = plugin.get("name")
+        if not os.path.isabs(path):
+            if committed_sha256(path) != plugin.get("sha256"):
+                found.append(
+                    f"pytest plugin {name} ran from {path}, which is not that file of the source "
+                    "commit: the code that ran is not the approved code"
+                )
+        elif not (
+            set(Path(path).parts) & set(INSTALLED_FOLDERS)
+            or any(isinstance(c, str) and _under(path, c) for c in editable)
+        ):
+            found.append(
+                f"pytest plugin {name} ran from {path}, outside the snapshot and every installed "
+                "package: unset PYTHONPATH, PYTEST_ADDOPTS and PYTEST_PLUGINS and install plugins "
+                "with pip"
+            )
+    return found

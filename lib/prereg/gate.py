@@ -10,11 +10,11 @@ the conditions take facts, not a repository, they are tested without git.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from prereg import execution, gitrepo, ledger, provenance, registry
+from prereg import envlock, execution, gitrepo, ledger, provenance, registry
 from prereg.hashing import canonical_json, sha256_file
 
 
@@ -42,6 +42,7 @@ class Facts:
     baseline_sha256: str | None = None  # plans/BASELINE.json now (None: missing)
     baseline_problems: tuple[str, ...] = ()
     dirty: tuple[str, ...] = ()
+    history_problems: tuple[str, ...] = ()  # replace refs, grafts, a shallow clone
     head: str = ""
     anchor_is_ancestor: bool = True
     changed_since_anchor: tuple[str, ...] = ()
@@ -57,6 +58,12 @@ class Facts:
     execution_problems: tuple[str, ...] = ()
     input_problems: tuple[str, ...] = ()
     extension_problems: tuple[str, ...] = ()  # installed extensions differing from the approval
+    # A hermetic session: the tree id of the folder its code runs from, recomputed from the
+    # bytes on disk, and the tree of the commit it must equal (None: not a session).
+    snapshot_tree: str | None = None
+    source_tree: str | None = None
+    environment_lock_now: dict | None = None  # envlock.lock() at the gate (None: not gathered)
+    module_missing: str | None = None  # the stage's module path when no such file exists
 
     @property
     def run_id(self) -> str:
@@ -111,6 +118,11 @@ def clean_tree(f: Facts) -> list[Refusal]:
             f"changes (the approval record {f.record_rel} itself must be committed)",
         )
     ]
+
+
+def git_history(f: Facts) -> list[Refusal]:
+    """git would show others a history other than the recorded objects."""
+    return [Refusal("git-history", problem) for problem in f.history_problems]
 
 
 def approved_source(f: Facts) -> list[Refusal]:
@@ -263,6 +275,41 @@ def extensions(f: Facts) -> list[Refusal]:
     return [Refusal("extensions", problem) for problem in f.extension_problems]
 
 
+def environment_lock(f: Facts) -> list[Refusal]:
+    """Nothing installed after approval runs: the interpreter and installed distributions
+    equal the approval's environment_lock (prereg.envlock)."""
+    if f.environment_lock_now is None:
+        return []
+    problems = envlock.lock_problems(f.record.get("environment_lock"), f.environment_lock_now)
+    return [Refusal("environment-lock", p) for p in problems]
+
+
+def stage_module(f: Facts) -> list[Refusal]:
+    if f.module_missing is None:
+        return []
+    return [
+        Refusal(
+            "stage-module",
+            f"the plan's stage module {f.module_missing} is not a file of the approved source: "
+            "fix the stage's module path in the plan, or commit the module",
+        )
+    ]
+
+
+def hermetic(f: Facts) -> list[Refusal]:
+    if f.snapshot_tree is None or f.snapshot_tree == f.source_tree:
+        return []
+    return [
+        Refusal(
+            "hermetic",
+            f"the code of this run does not come from a snapshot of the approved commit: its "
+            f"folder's tree is {f.snapshot_tree}, the commit's tree is {f.source_tree}. Start "
+            "the run with `pytest --research-stage=NAME` in the checkout (it runs from a fresh "
+            "snapshot), and leave the snapshot folder alone while it runs",
+        )
+    ]
+
+
 def inputs(f: Facts) -> list[Refusal]:
     if not f.input_problems:
         return []
@@ -273,6 +320,7 @@ RUN_CONDITIONS: tuple[Condition, ...] = (
     plan_hash,
     baseline,
     clean_tree,
+    git_history,
     approved_source,
     own_package,
     record_committed,
@@ -280,13 +328,18 @@ RUN_CONDITIONS: tuple[Condition, ...] = (
     run_id_unused,
     single_attempt,
     environment,
+    environment_lock,
+    stage_module,
+    hermetic,
     executed_code,
     extensions,
     inputs,
 )
 APPROVE_CONDITIONS: tuple[Condition, ...] = (
     baseline,
+    stage_module,
     clean_tree,
+    git_history,
     own_package,
     run_id_unused,
     single_attempt,
@@ -297,7 +350,17 @@ APPROVE_CONDITIONS: tuple[Condition, ...] = (
 
 
 def item_set(expected: list[str], about_to_run: list[str]) -> list[Refusal]:
-    """The whole stage runs or nothing does: the items about to run are exactly the stage's."""
+    """The whole stage runs or nothing does: the items about to run are exactly the stage's,
+    and there is at least one (a run of no item would spend the run id for nothing)."""
+    if not expected:
+        return [
+            Refusal(
+                "whole-stage",
+                "the stage has no items: its module collects none (is it the module the plan "
+                "names, and does it parametrize its items from the plan?). Nothing was spent; "
+                "fix the module or the plan, commit, and approve again",
+            )
+        ]
     missing = sorted(set(expected) - set(about_to_run))
     unexpected = sorted(set(about_to_run) - set(expected))
     if not missing and not unexpected and len(about_to_run) == len(expected):
@@ -341,6 +404,11 @@ def _unbound_kind(bound: dict, kind: str | None) -> list[str]:
     return registry.unbound_problems(bound, registry.STAGE_KINDS, kind)
 
 
+def _commit_tree(root: Path, commit: str) -> str:
+    with gitrepo.ObjectReader(root) as objects:
+        return objects.commit_tree(commit)
+
+
 def gather(
     root: Path,
     record: dict,
@@ -350,8 +418,13 @@ def gather(
     run_id_asked: str | None = None,
     plugins: list[tuple[str, object]] | None = None,
     at_approval: bool = False,
+    snapshot=None,
 ) -> Gathered:
-    """Read every fact the conditions need from the checkout, git and this process."""
+    """Read every fact the conditions need from the checkout, git and this process.
+
+    ``snapshot`` (a :class:`prereg.snapshot.Snapshot`): this process's code runs from that
+    folder, not from the checkout; the plan, the baseline's files and the code are read
+    there, the approval, runs and git records in the checkout."""
     from prereg import approval as approvals
     from prereg.plans import load_plan, validate_stage
     from prereg.runs import has_started
@@ -360,7 +433,13 @@ def gather(
     root = Path(root)
     record_rel = Path(record_path).relative_to(root).as_posix()
     head = gitrepo.head_commit(root)
-    plan_file = root / record["plan"]["path"]
+    try:
+        history = tuple(gitrepo.history_problems(root))
+        dirty = tuple(gitrepo.dirty_paths(root))
+    except gitrepo.GitError as err:  # a corrupt object: refuse, do not crash
+        history, dirty = (f"git cannot read {root}'s objects intact: {err}",), ()
+    code = Path(snapshot.folder) if snapshot is not None else root
+    plan_file = code / record["plan"]["path"]
     plan, plan_problem, plan_sha = None, None, None
     if plan_file.is_file():
         plan_sha = sha256_file(plan_file)
@@ -369,14 +448,14 @@ def gather(
             validate_stage(plan, stage)
         except (ValueError, LookupError) as err:
             plan, plan_problem = None, str(err)
-    baseline_file = root / record["baseline"]["path"]
+    baseline_file = code / record["baseline"]["path"]
     spec = plan.stage(stage) if plan is not None and stage in plan.stages else {}
     anchor = record["source_anchor"]
     ancestor = gitrepo.commit_exists(root, anchor) and gitrepo.is_ancestor(root, anchor, head)
 
     import prereg
 
-    own = root / "lib" / "prereg"
+    own = code / "lib" / "prereg"
     run_id = record["run_id"]
     existing = approvals.list_approvals(root) if at_approval else []
     namespace = record.get("seed_namespace")
@@ -411,8 +490,9 @@ def gather(
         plan_sha256=plan_sha,
         plan_problem=plan_problem,
         baseline_sha256=sha256_file(baseline_file) if baseline_file.is_file() else None,
-        baseline_problems=tuple(approvals.baseline_problems(root)),
-        dirty=tuple(gitrepo.dirty_paths(root)),
+        baseline_problems=tuple(approvals.baseline_problems(code)),
+        dirty=dirty,
+        history_problems=history,
         head=head,
         anchor_is_ancestor=ancestor,
         changed_since_anchor=tuple(gitrepo.changed_between(root, anchor, head)) if ancestor else (),
@@ -431,11 +511,29 @@ def gather(
             if namespace is not None and a.data["seed_namespace"] == namespace and a.stage != stage
         ),
         deviations_now=tuple(deviations_now),
-        execution_problems=tuple(execution.problems(root, plugins or [])),
+        execution_problems=tuple(execution.problems(code, plugins or [], snapshot=snapshot)),
         input_problems=tuple(problems),
+        environment_lock_now=None if at_approval else envlock.lock(),
+        module_missing=(
+            spec["module"] if spec.get("module") and not (code / spec["module"]).is_file() else None
+        ),
         extension_problems=tuple(
-            registry.binding_problems(record.get("extensions") or {})
+            registry.binding_problems(
+                record.get("extensions") or {}, record.get("environment_lock")
+            )
             + _unbound_kind(record.get("extensions") or {}, spec.get("kind"))
         ),
     )
+    if snapshot is not None:
+        code_files = Path(snapshot.folder)
+        recorded = execution.recorded_problems(
+            execution.record(code, plugins or [], snapshot=snapshot),
+            lambda rel: sha256_file(code_files / rel) if rel in snapshot.blobs else None,
+        )
+        facts = replace(
+            facts,
+            snapshot_tree=snapshot.tree,
+            source_tree=_commit_tree(root, head),
+            execution_problems=facts.execution_problems + tuple(recorded),
+        )
     return Gathered(facts=facts, plan=plan)

@@ -28,9 +28,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from prereg import gitrepo, provenance, registry
-from prereg.hashing import canonical_json, file_entries, sha256_file, write_json
-from prereg.runs import COMPLETE, INCOMPLETE, ITEM_LOG, RunFolder, RunLayout
+from prereg import envlock, gitrepo, provenance, registry
+from prereg.hashing import (
+    canonical_json,
+    entry_kind,
+    file_entries,
+    hash_entry,
+    irregular_entries,
+    list_folder,
+    sha256_file,
+    write_json,
+)
+from prereg.runs import COMPLETE, INCOMPLETE, ITEM_LOG, ITEMS_DIR, RunFolder, RunLayout
 
 FORMAT = "prereg-manifest-1"
 
@@ -212,15 +221,37 @@ def read_item_log(run_dir: Path) -> tuple[list[dict], list[str]]:
 def every_file(root: Path) -> list[dict]:
     """Like :func:`prereg.hashing.file_entries`, but every file, a writer's temporary file
     left by an interruption included: the audit sees them all, so the manifest lists them."""
-    return [
-        {
-            "path": p.relative_to(root).as_posix(),
-            "sha256": sha256_file(p),
-            "bytes": p.stat().st_size,
-        }
-        for p in sorted(Path(root).rglob("*"))
-        if p.is_file()
-    ]
+    return file_entries(root, temporaries=True)
+
+
+IRREGULAR_ITEM = (
+    "its output folder holds entries that are not regular files, which prereg neither "
+    "follows nor reads, so they are not hashed: {entries}; an item must write regular files only"
+)
+
+
+IRREGULAR_FOLDER = (
+    "its output folder {folder} is {kind}, not a folder, which prereg neither follows nor "
+    "reads, so nothing there is hashed; an item must write regular files only"
+)
+
+
+def _named(entries: list[dict]) -> str:
+    return ", ".join(f"{e['path']} ({e['kind']})" for e in entries)
+
+
+def irregular_reason(run_dir: Path) -> str | None:
+    """A sentence naming every entry of the run folder that is neither a regular file nor a
+    folder (a symbolic link, a named pipe, ...), or None: such a run is incomplete."""
+    entries = irregular_entries(run_dir)
+    if not entries:
+        return None
+    return (
+        f"the run folder holds {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} that "
+        f"{'is' if len(entries) == 1 else 'are'} not a regular file or folder, which prereg "
+        f"neither follows nor reads nor hashes: {_named(entries)}; the stage's code must "
+        "write regular files only (the audit finds them too)"
+    )
 
 
 def hash_item_folders(
@@ -232,22 +263,48 @@ def hash_item_folders(
     added or removed since; an interrupted, crashed or unreported item (or a folder no
     item claims) gets the hashes of what its folder holds now, so a partial output is
     recorded, never an extra file. ``folder_of`` maps a node id to its folder name.
+
+    No symbolic link is followed and nothing but a regular file is read: an entry of an
+    item folder that is not a regular file or folder (a link, a named pipe) is named in
+    the item's ``irregular_outputs`` and, unless the item already has one, its
+    ``record_error`` (the run is then incomplete and its summary does not run); such an
+    entry directly under ``items/`` is an item of its own with outcome ``unknown``.
     """
     base = RunFolder(run_dir).items_dir
     by_folder = {}
     for item in items:
         by_folder[item.get("output_dir") or folder_of(item["nodeid"])] = item
-    if not base.is_dir():
+    if base.is_symlink() or not base.is_dir():
         return items
     extra = []
-    for folder in sorted(p for p in base.iterdir() if p.is_dir()):
-        present = every_file(folder)
-        item = by_folder.get(folder.name)
+
+    def item_of(name: str) -> dict:
+        item = by_folder.get(name)
         if item is None:
-            unclaimed = RunFolder.item_folder(folder.name)
+            unclaimed = RunFolder.item_folder(name)
             item = {"nodeid": f"(no item of this run: {unclaimed})", "phases": {}}
             item["outcome"] = "unknown"
             extra.append(item)
+        return item
+
+    def mark(item: dict, entries: list[dict], error: str) -> None:
+        item["irregular_outputs"] = entries
+        item.setdefault("record_error", error)
+
+    with os.scandir(base) as listing:
+        entries = sorted(listing, key=lambda e: e.name)
+    for entry in entries:
+        if entry.is_file(follow_symlinks=False):
+            continue  # a stray file in items/ itself: the audit finds it
+        if not entry.is_dir(follow_symlinks=False):
+            kind = entry_kind(entry.stat(follow_symlinks=False).st_mode, entry.path)
+            error = IRREGULAR_FOLDER.format(folder=f"{ITEMS_DIR}/{entry.name}", kind=kind)
+            mark(item_of(entry.name), [{"path": ".", "kind": kind}], error)
+            continue
+        folder = Path(entry.path)
+        listing = list_folder(folder)
+        present = [hash_entry(folder, rel) for rel in listing.files]
+        item = item_of(folder.name)
         recorded = item.get("outputs")
         if recorded is None:
             item["outputs"] = present
@@ -255,6 +312,9 @@ def hash_item_folders(
         elif {e["path"] for e in recorded} != {e["path"] for e in present}:
             item["outputs"] = present
             item["outputs_rehashed"] = "files were added or removed after the item's report"
+        if listing.irregular:
+            odd = list(listing.irregular)
+            mark(item, odd, IRREGULAR_ITEM.format(entries=_named(odd)))
         item["output_dir"] = folder.name
     return items + extra
 
@@ -280,6 +340,8 @@ def environment(
         "pytest_plugins": plugins,
         "execution": execution,
         "extensions": registry.loaded_origins(),
+        # What was installed when the manifest was written (the gate checked it at the start).
+        "environment_lock": envlock.lock(),
         "host": socket.gethostname(),
     }
 
@@ -300,8 +362,10 @@ def build_manifest(
     workers: int,
 ) -> dict:
     budget = stage_spec["budget_seconds"]
-    status = COMPLETE if not reasons else INCOMPLETE
     files = RunFolder(run_dir)
+    irregular = irregular_reason(files.folder)
+    reasons = [*reasons, irregular] if irregular else reasons
+    status = COMPLETE if not reasons else INCOMPLETE
     run_files = [e for e in file_entries(files.folder) if e["path"] in files.RUN_FILES]
     summary = every_file(files.summary_dir) if files.summary_dir.exists() else []
     return {
@@ -330,7 +394,8 @@ def build_manifest(
         "budget": {
             "seconds": budget,
             "enforced": stage_spec["budget_enforced"],
-            "exceeded": elapsed > budget,
+            # An item stopped by the enforced deadline exceeded it, whatever the elapsed time.
+            "exceeded": elapsed > budget or any(i.get("budget_exceeded") for i in items),
         },
         "expected_items": len(expected),
         "items": items,
@@ -411,6 +476,11 @@ def minimal_manifest(
     """
     start = start or {}
     files = RunFolder(run_dir)
+    try:
+        irregular = irregular_reason(files.folder)
+    except OSError as err:
+        irregular = f"the run folder could not be listed: {err}"
+    reasons = [*reasons, irregular] if irregular else reasons
     try:
         run_files = [e for e in file_entries(files.folder) if e["path"] in files.RUN_FILES]
     except OSError as err:

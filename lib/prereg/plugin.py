@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import traceback
@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from prereg import approval as approvals
-from prereg import execution, gate, ledger, manifest, provenance, remote
+from prereg import execution, gate, gitrepo, hermetic, ledger, manifest, options, provenance, remote
+from prereg import snapshot as snapshots
 from prereg.context import BudgetExceeded, ItemContext
 from prereg.hashing import canonical_json, file_entries, read_json, sha256_file
 from prereg.plans import Plan, load_plan
@@ -34,16 +35,6 @@ STAGE_OPTION = "--research-stage"
 RUN_ID_OPTION = "--run-id"
 LIST_OPTION = "--prereg-list-items"
 PROPERTY = "prereg"
-# Options that would run part of a stage, or none of it while spending the run id, or change
-# what is collected. Whatever else changes the item set is caught by comparing it with the
-# stage's full item set, listed in a clean process (see Controller._verify_and_spend).
-PARTIAL_SELECTION_OPTIONS = (
-    "keyword", "markexpr", "deselect", "lf", "stepwise", "stepwise_skip", "collectonly",
-    "setuponly", "setupplan", "ignore", "ignore_glob", "inifilename", "noconftest", "pyargs",
-)  # fmt: skip
-# Ini overrides (-o NAME=VALUE) a research run accepts: strictness and output style only
-# (pytest itself spells --strict-markers as -o strict_markers=true).
-HARMLESS_OVERRIDES = ("strict", "console_output_style", "verbosity_")
 # Environment variables a clean listing of the stage's items does not inherit.
 LISTING_DROPS = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
 
@@ -52,7 +43,7 @@ LISTING_DROPS = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
 class Settings:
     """The run a process belongs to; sent to xdist workers as plain data."""
 
-    root: str
+    root: str  # where the code runs from: a hermetic session's snapshot, else the checkout
     stage: str | None = None
     run_id: str | None = None
     approval_path: str | None = None
@@ -69,15 +60,23 @@ class Settings:
     required_runs: dict | None = None  # stage -> run id, from the approval
     # A remote worker (xdist socket=/ssh= gateway): outputs go back through the item report.
     ship_outputs: bool = False
+    # The checkout whose runs/ the run writes and whose git records it (None: root itself).
+    checkout: str | None = None
+    snapshot_tree: str | None = None  # a hermetic session's tree, proved again by each worker
 
     @property
     def research(self) -> bool:
         return self.stage is not None
 
     @property
+    def project(self) -> Path:
+        """The checkout: runs/, plans/approvals/, git, caches (not the snapshot)."""
+        return Path(self.checkout or self.root)
+
+    @property
     def layout(self) -> RunLayout:
         """Every path of this run (its folder, records, progress log)."""
-        return RunLayout(Path(self.root), self.run_id)
+        return RunLayout(self.project, self.run_id)
 
 
 SETTINGS = pytest.StashKey[Settings]()
@@ -110,6 +109,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         help=argparse.SUPPRESS,  # internal: the controller's clean listing of a stage's items
     )
+    group.addoption(
+        hermetic.CHECKOUT_OPTION,
+        dest="prereg_checkout",
+        default=None,
+        metavar="PATH",
+        help=argparse.SUPPRESS,  # internal: a hermetic session's checkout (prereg.hermetic)
+    )
     parser.addini("prereg_plans", type="linelist", help="plan files whose stages are known")
     parser.addini("prereg_research_paths", type="linelist", help="folders holding research stages")
 
@@ -124,6 +130,12 @@ def known_stages(root: Path, config: pytest.Config) -> dict[str, str]:
         for name in plan.stages:
             stages[name] = rel
     return stages
+
+
+def project_root(config: pytest.Config) -> Path:
+    """The checkout of this run (its ``runs/``, caches and git), wherever the code runs from:
+    a research run's code runs from a snapshot, whose folder is ``config.rootpath``."""
+    return config.stash[SETTINGS].project
 
 
 def stage_plan(config: pytest.Config) -> Plan:
@@ -158,6 +170,62 @@ def _verified_inputs(settings: Settings) -> dict[str, Path]:
     return {name: Path(entry["path"]) for name, entry in bound.items()}
 
 
+def _launches(config: pytest.Config) -> bool:
+    """A research run typed by a user: this process launches a hermetic session."""
+    option = config.option
+    return (
+        option.research_stage is not None
+        and not hasattr(config, "workerinput")
+        and not option.prereg_list_items
+        and not option.prereg_checkout
+        and not option.help
+        and not option.version
+    )
+
+
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """``pytest --research-stage=S``: pass the gate here, then become the hermetic session
+    (:mod:`prereg.hermetic`); this process never collects or runs an item itself."""
+    if not _launches(config):
+        return None
+    root = Path(config.rootpath)
+    settings = _resolve_research_run(config, root)
+    launcher = Controller(config, settings)
+    launcher.check_gate()
+    checkout = Path(gitrepo.toplevel(root))
+    try:
+        snapshot = snapshots.materialise(checkout, gitrepo.head_commit(checkout))
+    except (snapshots.SnapshotError, gitrepo.GitError, OSError) as err:
+        launcher.refuse([gate.Refusal("hermetic", f"the approved commit cannot be run: {err}")])
+    loaded, blocked = _entry_point_plugins(config)
+    argv = hermetic.command(
+        checkout=checkout,
+        folder=snapshot.folder,
+        args=list(config.invocation_params.args),
+        plugins=hermetic.plugin_arguments(loaded, blocked),
+        addopts=os.environ.get("PYTEST_ADDOPTS"),
+        pythonpath=os.environ.get("PYTHONPATH"),
+    )
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.stop_global_capturing()
+    try:
+        hermetic.exec_session(argv, cwd=snapshot.folder, env=hermetic.session_environment())
+    except OSError as err:
+        snapshots.remove(snapshot.folder)
+        raise pytest.UsageError(f"the hermetic session could not start: {err}") from None
+    return None  # not reached
+
+
+def _entry_point_plugins(config: pytest.Config) -> tuple[list[str], list[str]]:
+    """The installed (``pytest11``) plugins loaded here by their entry-point names, and the
+    names blocked with ``-p no:NAME``."""
+    manager = config.pluginmanager
+    loaded = [manager.get_name(plugin) for plugin, _dist in manager.list_plugin_distinfo()]
+    blocked = [name for name, plugin in manager.list_name_plugin() if plugin is None and name]
+    return sorted(n for n in loaded if n), sorted(blocked)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "software: a software check, what CI runs")
@@ -167,20 +235,31 @@ def pytest_configure(config: pytest.Config) -> None:
         data = config.workerinput.get(PROPERTY)
         # Each worker's own checkout: a remote worker's differs from the controller's.
         settings = Settings(**{**data, "root": str(root)}) if data else Settings(root=str(root))
+        if settings.ship_outputs:
+            settings = Settings(**{**asdict(settings), "checkout": None})
         if settings.research:
             provenance.set_thread_environment(settings.threads)  # remote workers inherit none
-    elif config.option.research_stage is None:
+    elif config.option.research_stage is None or config.option.help or config.option.version:
         settings = Settings(root=str(root))
     elif config.option.prereg_list_items:
         config.option.collectonly = True  # a listing never runs an item
         settings = _resolve_research_run(config, root, listing=True)
-    else:
+    elif config.option.prereg_checkout:
         settings = _resolve_research_run(config, root)
         config.pluginmanager.register(Controller(config, settings), "prereg-controller")
+    else:
+        raise pytest.UsageError(
+            f"a research run starts from the command line (`pytest {STAGE_OPTION}=NAME`), "
+            "which runs it from a snapshot of the approved commit; it cannot run inside "
+            "another pytest session"
+        )
     config.stash[SETTINGS] = settings
 
 
 def _resolve_research_run(config: pytest.Config, root: Path, listing: bool = False) -> Settings:
+    """The run asked for: ``root`` holds the code (a session's snapshot), the approval and
+    the run folder belong to the checkout (``--prereg-checkout``, else ``root``)."""
+    checkout = Path(config.option.prereg_checkout or root)
     stage = config.option.research_stage
     run_id = config.option.prereg_run_id
     known = known_stages(root, config)
@@ -189,29 +268,24 @@ def _resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fal
             f"unknown research stage {stage!r}; known stages: {', '.join(sorted(known)) or 'none'} "
             "(from prereg_plans in pytest.ini)"
         )
-    partial = [o for o in PARTIAL_SELECTION_OPTIONS if getattr(config.option, o, None)]
-    partial += [
-        f"-o {entry}"
-        for entry in config.option.override_ini or ()
-        if not entry.partition("=")[0].strip().startswith(HARMLESS_OVERRIDES)
-    ]
-    if Path(config.option.confcutdir or root).resolve() != root.resolve():
-        partial.append("confcutdir")
-    if getattr(config.option, "dist", "no") == "each":
-        partial.append("--dist each (every item on every worker)")
-    if config.option.xmlpath or getattr(config.option, "junitprefix", None):
-        partial.append("--junitxml / --junit-prefix (prereg writes runs/<run-id>/junit.xml)")
-    if not listing and (partial or config.args_source == pytest.Config.ArgsSource.ARGS):
-        raise pytest.UsageError(
-            f"a research stage runs whole: drop {', '.join(partial) or 'the path arguments'} "
-            f"and run `pytest {STAGE_OPTION}={stage}`"
-        )
+    refused = options.refused_options(
+        config.option,
+        rootpath=root,
+        args_from_command_line=config.args_source == pytest.Config.ArgsSource.ARGS,
+        typed=[
+            *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
+            *config.getini("addopts"),
+            *config.invocation_params.args,
+        ],
+    )
+    if not listing and refused:
+        raise pytest.UsageError(options.refusal_message(stage, refused))
     try:
-        record = approvals.find_approval(root, stage, run_id)
+        record = approvals.find_approval(checkout, stage, run_id)
     except (approvals.ApprovalError, ValueError) as err:
         if run_id is not None and not listing:
             approvals.write_refusal(
-                root, None, stage, run_id, [approvals.Refusal("approval", str(err))]
+                checkout, None, stage, run_id, [approvals.Refusal("approval", str(err))]
             )
         raise pytest.UsageError(f"research stage {stage} refused: {err}") from None
     plan_path = record.data["plan"]["path"]
@@ -223,9 +297,10 @@ def _resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fal
     threads = spec["threads_per_worker"]
     provenance.set_thread_environment(threads)  # inherited by xdist workers started later
     if not listing:
-        config.option.xmlpath = str(RunLayout(root, record.run_id).junit)
+        config.option.xmlpath = str(RunLayout(checkout, record.run_id).junit)
     return Settings(
         root=str(root),
+        checkout=str(checkout) if checkout != root else None,
         stage=stage,
         run_id=record.run_id,
         approval_path=str(record.path),
@@ -303,7 +378,19 @@ def _prereg_plan(request: pytest.FixtureRequest) -> dict:
                 "chdir=<the top of that checkout>"
             )
         plugins = request.config.pluginmanager.list_name_plugin()
-        problems = execution.problems(Path(settings.root), plugins, worker=True)
+        snapshot = None
+        if settings.checkout and not settings.ship_outputs:  # a worker of a hermetic session
+            snapshot = snapshots.prove(
+                Path(settings.root), "", gitrepo.object_format(settings.project)
+            )
+            if snapshot.tree != settings.snapshot_tree:
+                raise RuntimeError(
+                    f"worker {request.config.workerinput.get('workerid')} runs from "
+                    f"{settings.root}, whose tree {snapshot.tree} is not the run's snapshot "
+                    f"{settings.snapshot_tree}: the snapshot changed, or the worker was started "
+                    "elsewhere"
+                )
+        problems = execution.problems(Path(settings.root), plugins, worker=True, snapshot=snapshot)
         if problems:
             raise RuntimeError(
                 f"worker {request.config.workerinput.get('workerid')} runs code the approval "
@@ -332,7 +419,7 @@ def research(request: pytest.FixtureRequest, _prereg_plan: dict) -> ItemContext:
         record=record,
         inputs=_verified_inputs(settings),
         required_runs={
-            k: RunLayout(Path(settings.root), v).folder
+            k: RunLayout(settings.project, v).folder
             for k, v in (settings.required_runs or {}).items()
         },
         progress_log=None if settings.ship_outputs else settings.layout.progress_log,
@@ -388,7 +475,8 @@ class Controller:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
-        self.root = Path(settings.root)
+        self.root = settings.project  # the checkout: approvals, refusals, runs/, git
+        self.code_root = Path(settings.root)  # where the code runs from (a session's snapshot)
         self.layout = settings.layout
         self.run_dir = self.layout.folder
         self.entries: dict[str, dict] = {}
@@ -400,15 +488,20 @@ class Controller:
         self.interrupted: str | None = None
         self.plan: Plan | None = None
         self.session: pytest.Session | None = None
+        self.snapshot: snapshots.Snapshot | None = None
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """The gate, before xdist starts a worker; the run id is spent only once the items
-        about to run are known to be the stage's full item set (:meth:`_verify_and_spend`)."""
-        self.session = session
+    def check_gate(self) -> gate.Gathered:
+        """Gather the facts and check every run condition; refuse (usage error) if one fails.
+
+        A hermetic session (code in a snapshot) first proves its snapshot: the tree id of its
+        folder, recomputed from the bytes on disk, must be HEAD's tree."""
         settings = self.settings
         record = approvals.load_approval(Path(settings.approval_path))
         self.approval = record
+        snapshot = None
+        if self.config.option.prereg_checkout:  # a session: its code must be a snapshot
+            snapshot = _proved_snapshot(self.root, self.code_root)
+        self.snapshot = snapshot
         gathered = gate.gather(
             self.root,
             record.data,
@@ -416,23 +509,40 @@ class Controller:
             stage=settings.stage,
             run_id_asked=self.config.option.prereg_run_id,
             plugins=self.config.pluginmanager.list_name_plugin(),
+            snapshot=snapshot,
         )
-        self._refuse_if(gate.check(gathered.facts))
-        self.execution = execution.record(self.root, self.config.pluginmanager.list_name_plugin())
+        self.refuse(gate.check(gathered.facts))
+        return gathered
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """The gate, before xdist starts a worker; the run id is spent only once the items
+        about to run are known to be the stage's full item set (:meth:`_verify_and_spend`)."""
+        self.session = session
+        settings = self.settings
+        gathered = self.check_gate()
+        self.execution = execution.record(
+            self.code_root, self.config.pluginmanager.list_name_plugin(), snapshot=self.snapshot
+        )
         from prereg.stages import load_kind
 
         self.plan = gathered.plan
         spec = self.plan.stage(settings.stage)
         self.kind = load_kind(spec["kind"])
-        self.listing = _Listing(self.root, settings, self.config.inipath)
+        self.listing = _Listing(self.code_root, settings, self.config)
         gate_passed_at = time.time()
         deadline = gate_passed_at + spec["budget_seconds"] if spec["budget_enforced"] else None
         self.settings = settings = Settings(
-            **{**asdict(settings), "deadline": deadline, "gate_passed": True}
+            **{
+                **asdict(settings),
+                "deadline": deadline,
+                "gate_passed": True,
+                "snapshot_tree": self.snapshot.tree if self.snapshot is not None else None,
+            }
         )
         self.config.stash[SETTINGS] = settings
 
-    def _refuse_if(self, refusals: list[gate.Refusal]) -> None:
+    def refuse(self, refusals: list[gate.Refusal]) -> None:
         """Record the refusals and stop with a usage error; the run id stays unspent."""
         if not refusals:
             return
@@ -450,15 +560,15 @@ class Controller:
         in git first (atomic, once), then the run folder."""
         if self.started:
             return
-        self._refuse_if(self._worker_refusals())
+        self.refuse(self._worker_refusals())
         expected = self.listing.wait()
         if isinstance(expected, str):
-            self._refuse_if([gate.Refusal("whole-stage", expected)])
-        self._refuse_if(gate.item_set(expected, about_to_run))
+            self.refuse([gate.Refusal("whole-stage", expected)])
+        self.refuse(gate.item_set(expected, about_to_run))
         self.expected = list(expected)
         record, settings = self.approval, self.settings
         if self.run_dir.exists():
-            self._refuse_if([gate.Refusal(
+            self.refuse([gate.Refusal(
                 "run-id-unused",
                 f"{self.run_dir.relative_to(self.root)} exists although no start is recorded; move "
                 "it out of runs/ (it is not a run of this approval) and run again",
@@ -481,7 +591,7 @@ class Controller:
                 single_attempt_stage=settings.stage if single else None,
             )
         except ledger.AlreadyRecorded as err:
-            self._refuse_if([gate.Refusal(
+            self.refuse([gate.Refusal(
                 "run-id-unused",
                 f"{err}: another run of this approval or stage started first (one approval, one "
                 "run; a single-attempt stage runs once)",
@@ -495,6 +605,12 @@ class Controller:
         progress.touch()
         self.saved_handlers = _install_signal_handlers()  # restored when the manifest is written
         self.reserve = manifest.reserve_space(self.root, record.run_id, len(self.expected))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """A hermetic session deletes its snapshot when it ends (the manifest names its tree)."""
+        if self.snapshot is not None and self.snapshot.tree != snapshots.NOT_A_SNAPSHOT:
+            snapshots.remove(self.code_root)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         log = self.layout.progress_log.relative_to(self.root)
@@ -775,7 +891,31 @@ class Controller:
                 )
         if not items:
             reasons.append("the stage has no items")
+        snapshot = self.snapshot_record()
+        if snapshot is not None and snapshot["tree_at_end"] != snapshot["tree"]:
+            reasons.append(
+                f"the snapshot the run executed changed during the run (tree {snapshot['tree']} "
+                f"at the start, {snapshot['tree_at_end']} at the end): what ran is unknown"
+            )
         return reasons
+
+    def snapshot_record(self) -> dict | None:
+        """Which tree ran: the snapshot's tree proved at the gate and recomputed now."""
+        if self.snapshot is None:
+            return None
+        if not hasattr(self, "_snapshot_record"):
+            folder = self.snapshot.folder
+            try:
+                at_end = snapshots.prove(folder, "", gitrepo.object_format(self.root)).tree
+            except OSError as err:
+                at_end = f"(unreadable: {manifest.describe(err)})"
+            self._snapshot_record = {
+                "commit": self.snapshot.commit,
+                "tree": self.snapshot.tree,
+                "tree_at_end": at_end,
+                "folder": str(folder),
+            }
+        return self._snapshot_record
 
     def _full_manifest(self, session: pytest.Session, failure) -> dict:
         elapsed = time.time() - self.started
@@ -800,6 +940,8 @@ class Controller:
         )
         if self.gateways:  # each xdist worker: spec, host, checkout, Python, packages, threads
             env["workers"] = [self.gateways[k] for k in sorted(self.gateways)]
+        if self.snapshot is not None:
+            env["snapshot"] = self.snapshot_record()
         start = read_json(self.layout.start, what="start record")
         return manifest.build_manifest(
             run_dir=self.run_dir,
@@ -868,6 +1010,11 @@ class Controller:
             )
 
 
+def _proved_snapshot(checkout: Path, folder: Path) -> snapshots.Snapshot:
+    """This session's code folder as it is, claimed to be a snapshot of the checkout's HEAD."""
+    return snapshots.prove(folder, gitrepo.head_commit(checkout), gitrepo.object_format(checkout))
+
+
 def _distributed(config: pytest.Config) -> bool:
     """xdist workers collect and run the items; this controller collects none."""
     return config.pluginmanager.has_plugin("dsession")
@@ -883,19 +1030,25 @@ def _drop_junit_report(config: pytest.Config) -> None:
 
 
 class _Listing:
-    """The stage's full item set, listed by a clean pytest process (no PYTEST_ADDOPTS, no
-    stepwise or cache plugin, no xdist, the checkout's own pytest.ini) started at the gate."""
+    """The stage's full item set, listed at the gate by a clean session started like this one
+    (:mod:`prereg.hermetic`: the snapshot, its environment, the approved plugins) but without
+    its options, PYTEST_ADDOPTS, xdist or the stepwise and cache plugins."""
 
-    def __init__(self, root: Path, settings: Settings, inipath: Path | None) -> None:
+    def __init__(self, root: Path, settings: Settings, config: pytest.Config) -> None:
         handle, self.path = tempfile.mkstemp(prefix="prereg-items-", suffix=".json")
         os.close(handle)
         env = {k: v for k, v in os.environ.items() if k not in LISTING_DROPS}
-        command = [
-            sys.executable, "-m", "pytest", f"{STAGE_OPTION}={settings.stage}",
-            f"{RUN_ID_OPTION}={settings.run_id}", f"{LIST_OPTION}={self.path}", "-q",
-            "-p", "no:cacheprovider", "-p", "no:stepwise", "-p", "no:xdist",
-            "-p", "no:randomly", f"--rootdir={root}",
-        ] + (["-c", str(inipath)] if inipath else [])  # fmt: skip
+        loaded, blocked = _entry_point_plugins(config)
+        command = hermetic.command(
+            checkout=settings.project,
+            folder=root,
+            source=root,
+            args=[
+                f"{STAGE_OPTION}={settings.stage}", f"{RUN_ID_OPTION}={settings.run_id}",
+                f"{LIST_OPTION}={self.path}", "-q", f"--rootdir={root}",
+            ],
+            plugins=hermetic.plugin_arguments(loaded, [*blocked, "xdist", "randomly"]),
+        )  # fmt: skip
         self.process = subprocess.Popen(
             command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )

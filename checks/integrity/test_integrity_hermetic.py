@@ -1,0 +1,288 @@
+"""Hermetic runs: a research run executes a verified snapshot of the approved commit.
+
+Each check performs the attack for real in a scratch repository: the run must execute the
+committed bytes whatever the working tree does, a session not started from a snapshot is
+refused, a snapshot changed during the run is named, and a gate switched off from inside
+the run is still found by the audit, which re-judges the recorded conditions.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from prereg import gitrepo, hermetic, ledger
+from prereg import snapshot as snapshots
+from prereg.testing import make_toy_repo, stage_spec
+
+pytestmark = pytest.mark.software
+
+RUN = "toy-20261201-001"
+# A stage module that records where its code and environment come from.
+PROBE = """
+import json, os, sys
+from pathlib import Path
+import pytest
+from prereg.plugin import project_root, stage_plan
+
+pytestmark = pytest.mark.research_stage("toy")
+
+
+def pytest_generate_tests(metafunc):
+    if "cell" in metafunc.fixturenames:
+        params = stage_plan(metafunc.config).stage("toy")["parameters"]
+        metafunc.parametrize("cell", range(params["cells"]), ids=lambda c: f"cell{c}")
+
+
+def test_cell(cell, research, pytestconfig):
+    research.coords(cell=cell)
+    import prereg
+    (research.outputs / "probe.json").write_text(json.dumps({
+        "module": str(Path(__file__).resolve()),
+        "prereg": str(Path(prereg.__file__).resolve()),
+        "rootpath": str(pytestconfig.rootpath),
+        "project": str(project_root(pytestconfig)),
+        "environ": sorted(os.environ),
+        "sys_path": sys.path,
+    }))
+    bad = research.parameters["misbehave"]
+    if cell == bad["cell"] and bad["how"] == "edit-snapshot":
+        mine = Path(__file__)
+        mine.chmod(0o644)
+        with mine.open("a") as handle:
+            handle.write("# appended during the run\\n")
+    if cell == bad["cell"] and bad["how"] == "breakpoint":
+        breakpoint()
+"""
+
+
+def _probe_repo(root: Path, how: str = "none"):
+    spec = stage_spec("toy", parameters={"cells": 2, "misbehave": {"cell": 1, "how": how}})
+    toy = make_toy_repo(root, {"toy": spec})
+    (root / spec["module"]).write_text(PROBE)
+    toy.commit("Probe stage")
+    toy.approve("toy", RUN)
+    return toy
+
+
+def _probe(toy, cell: int = 0) -> dict:
+    return json.loads(
+        (toy.run_dir(RUN) / "items" / f"test_cell[cell{cell}]" / "probe.json").read_text()
+    )
+
+
+def test_a_run_executes_the_committed_snapshot_in_an_allow_listed_environment(tmp_path):
+    toy = _probe_repo(tmp_path / "p")
+    done = toy.pytest(
+        "--research-stage=toy",
+        env={"SECRET_TOKEN": "x", "GIT_AUTHOR_NAME": "y", "PYTEST_ADDOPTS": "-v"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = toy.manifest(RUN)
+    head = toy.git("rev-parse", "HEAD").strip()
+    tree = toy.git("rev-parse", "HEAD^{tree}").strip()
+    ran = manifest["environment"]["snapshot"]
+    assert (ran["commit"], ran["tree"], ran["tree_at_end"]) == (head, tree, tree)
+    probe = _probe(toy)
+    folder = Path(ran["folder"])
+    assert folder.name.startswith(snapshots.PREFIX)
+    assert Path(probe["module"]).is_relative_to(folder)
+    assert Path(probe["rootpath"]) == folder and Path(probe["project"]) == toy.root
+    assert not folder.exists(), "the snapshot is deleted when the session ends"
+    leaked = {"SECRET_TOKEN", "PYTEST_ADDOPTS", "PYTHONPATH", "GIT_AUTHOR_NAME"}
+    assert leaked.isdisjoint(probe["environ"]), probe["environ"]
+    assert manifest["environment"]["execution"]["PYTEST_ADDOPTS"] is None
+    audit = toy.audit(RUN)
+    assert audit.returncode == 0, audit.stdout
+
+
+def test_an_edit_hidden_from_git_status_does_not_run(tmp_path):
+    """``git update-index --assume-unchanged`` on an edited stage module: the gate refuses the
+    dirty tree, and whatever the working tree holds, the snapshot is the committed blob."""
+    toy = _probe_repo(tmp_path / "p")
+    module = toy.root / "experiments" / "test_toy.py"
+    module.write_text(module.read_text() + "\nraise SystemExit('the edited module ran')\n")
+    toy.git("update-index", "--assume-unchanged", "experiments/test_toy.py")
+    assert toy.git("status", "--porcelain") == "", "git itself is fooled"
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "[clean-source]" in done.stderr and "experiments/test_toy.py" in done.stderr
+    assert not ledger.is_spent(toy.root, RUN)
+    folder = snapshots.materialise(toy.root, toy.git("rev-parse", "HEAD").strip())
+    try:
+        assert (
+            "the edited module ran" not in (folder.folder / "experiments/test_toy.py").read_text()
+        )
+    finally:
+        snapshots.remove(folder.folder)
+
+
+def test_a_session_not_started_from_a_snapshot_is_refused(tmp_path):
+    """The session's internal option typed by hand, in the working tree: no snapshot, refused."""
+    toy = _probe_repo(tmp_path / "p")
+    done = toy.pytest("--research-stage=toy", f"{hermetic.CHECKOUT_OPTION}={toy.root}")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "[hermetic]" in done.stderr and snapshots.NOT_A_SNAPSHOT in done.stderr
+    assert not ledger.is_spent(toy.root, RUN)
+
+
+def test_a_snapshot_changed_during_the_run_ends_it_incomplete_and_is_an_audit_finding(tmp_path):
+    toy = _probe_repo(tmp_path / "p", how="edit-snapshot")
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 1, done.stdout + done.stderr
+    manifest = toy.manifest(RUN)
+    assert manifest["status"] == "incomplete"
+    assert any("changed during the run" in r for r in manifest["incomplete_reasons"])
+    audit = toy.audit(RUN)
+    assert audit.returncode == 1, audit.stdout
+    assert "environment.snapshot.tree_at_end" in audit.stdout
+
+
+def test_breakpoint_in_an_item_refuses_instead_of_prompting(tmp_path):
+    toy = _probe_repo(tmp_path / "p", how="breakpoint")
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "breakpoint() is disabled in a research run" in done.stdout
+    failed = [i for i in toy.manifest(RUN)["items"] if i["outcome"] != "passed"]
+    assert [i["nodeid"] for i in failed] == ["experiments/test_toy.py::test_cell[cell1]"]
+
+
+EVIL = """
+import prereg.gate
+prereg.gate.check = lambda *args, **kwargs: []
+"""
+
+
+def test_a_gate_switched_off_from_inside_the_run_is_found_by_the_audit(tmp_path):
+    """A plugin from outside the checkout that replaces ``prereg.gate.check`` runs a session
+    in the working tree: nothing refuses, but the audit re-judges the recorded conditions."""
+    toy = _probe_repo(tmp_path / "p")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "evil.py").write_text(EVIL)
+    done = toy.pytest(
+        "--research-stage=toy",
+        f"{hermetic.CHECKOUT_OPTION}={toy.root}",
+        env={"PYTHONPATH": str(outside), "PYTEST_ADDOPTS": "-p evil"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    audit = toy.audit(RUN)
+    assert audit.returncode == 1, audit.stdout
+    for expected in (
+        "environment.snapshot.tree:",
+        "PYTHONPATH was",
+        "PYTEST_ADDOPTS was",
+        f"ran from {outside / 'evil.py'}",
+    ):
+        assert expected in audit.stdout, (expected, audit.stdout)
+
+
+def test_a_foreign_plugin_forwarded_to_the_session_cannot_load(tmp_path):
+    """The launcher's own gate refuses a plugin from PYTHONPATH; were it switched off there,
+    the session (no PYTHONPATH) could not even import the plugin: nothing is spent."""
+    toy = _probe_repo(tmp_path / "p")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "evil.py").write_text(EVIL)
+    done = toy.pytest(
+        "--research-stage=toy", env={"PYTHONPATH": str(outside), "PYTEST_ADDOPTS": "-p evil"}
+    )
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert not ledger.is_spent(toy.root, RUN)
+
+
+# -- the snapshot itself -----------------------------------------------------------------------
+
+
+def _repo(root: Path) -> Path:
+    root.mkdir()
+    gitrepo.git(root, "init", "-q")
+    gitrepo.git(root, "config", "user.email", "r@example.org")
+    gitrepo.git(root, "config", "user.name", "R")
+    return root
+
+
+def _commit(root: Path) -> str:
+    gitrepo.git(root, "add", "-A")
+    gitrepo.git(root, "commit", "-q", "--allow-empty", "-m", "c")
+    return gitrepo.head_commit(root)
+
+
+names = st.text(alphabet="abcdefgh_.-", min_size=1, max_size=6).filter(
+    lambda n: n not in (".", "..", ".git")
+)
+trees = st.dictionaries(
+    st.lists(names, min_size=1, max_size=3).map("/".join),
+    st.tuples(st.binary(max_size=64), st.booleans()),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(files=trees)
+def test_a_materialised_snapshot_recomputes_to_the_commits_tree(tmp_path_factory, files):
+    root = _repo(tmp_path_factory.mktemp("repo") / "r")
+    written = {}
+    for rel, (data, executable) in files.items():
+        path = root / rel
+        if any(p.is_file() for p in path.parents if p != root) or path.is_dir():
+            continue  # a file where a folder is needed, or the reverse: not a tree
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        path.chmod(0o755 if executable else 0o644)
+        written[rel] = data
+    commit = _commit(root)
+    made = snapshots.materialise(root, commit)
+    try:
+        assert made.tree == gitrepo.git(root, "rev-parse", "HEAD^{tree}").strip()
+        assert snapshots.prove(made.folder, commit).tree == made.tree
+        assert {rel: (made.folder / rel).read_bytes() for rel in written} == written
+        target = made.folder / min(written)
+        target.chmod(0o644)
+        target.write_bytes(target.read_bytes() + b"!")
+        assert snapshots.prove(made.folder, commit).tree != made.tree
+    finally:
+        snapshots.remove(made.folder)
+    assert not made.folder.exists()
+
+
+def test_a_committed_symbolic_link_is_refused_and_nothing_is_left(tmp_path):
+    root = _repo(tmp_path / "r")
+    (root / "real.py").write_text("x = 1\n")
+    (root / "link.py").symlink_to("/etc/hostname")
+    commit = _commit(root)
+    before = set(Path(snapshots.tempfile.gettempdir()).glob(f"{snapshots.PREFIX}{commit[:12]}*"))
+    with pytest.raises(snapshots.SnapshotError, match="link.py .* is a symbolic link"):
+        snapshots.materialise(root, commit)
+    after = set(Path(snapshots.tempfile.gettempdir()).glob(f"{snapshots.PREFIX}{commit[:12]}*"))
+    assert after == before
+
+
+def test_a_corrupt_object_stops_the_snapshot(tmp_path):
+    """A blob's object file rewritten in place with other content under the same id."""
+    import zlib
+
+    root = _repo(tmp_path / "r")
+    (root / "stage.py").write_text("honest = True\n")
+    commit = _commit(root)
+    blob = gitrepo.git(root, "rev-parse", "HEAD:stage.py").strip()
+    path = root / ".git" / "objects" / blob[:2] / blob[2:]
+    forged = b"honest = False\n"
+    path.chmod(0o644)
+    path.write_bytes(zlib.compress(b"blob %d\0" % len(forged) + forged))
+    assert (
+        subprocess.run(
+            ["git", "-C", str(root), "cat-file", "blob", blob], capture_output=True, check=False
+        ).stdout
+        == forged
+    ), "git itself serves the forged bytes"
+    with pytest.raises(gitrepo.GitError, match="corrupt"):
+        snapshots.materialise(root, commit)

@@ -1,0 +1,208 @@
+"""Issue 18, item 7: what a user gets from a wheel, end to end.
+
+prereg is built as a wheel from the checkout's committed files (HEAD) and installed, with only its
+core dependencies (``-c constraints/main.txt``), into a fresh virtual environment outside
+any checkout. In another folder a user then types ``prereg init``, writes a stage, approves,
+runs it serially and with ``-n 2``, audits both runs and writes their report: every command
+is that environment's console script, started in the project without ``PYTHONPATH`` or
+``PYTEST_*`` variables. The environment's ``bin`` is on ``sys.path`` there (Python puts a
+started script's folder first); the gate accepts it while nothing in it can be imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from prereg.testing import EXPERIMENT, PINS, stage_spec
+
+pytestmark = [pytest.mark.software, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGE = "toy"
+INSTALL_SECONDS = 900  # a subprocess timeout, never asserted on
+
+
+def _outer_bin() -> str:
+    return os.path.dirname(os.path.abspath(sys.executable))
+
+
+def user_env(venv: Path) -> dict[str, str]:
+    """A shell where the user activated ``venv``: no PYTHON*, PYTEST_*, COV_* variables and
+    no other environment's ``bin`` (this check's own) on PATH."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTHON", "PYTEST_", "COV_")) and k != "VIRTUAL_ENV"
+    }
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != _outer_bin()]
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), *path])
+    env["VIRTUAL_ENV"] = str(venv)
+    return env
+
+
+def run(args: list, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=INSTALL_SECONDS,
+    )
+
+
+def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert done.returncode == 0, (
+        f"{done.args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    )
+    return done
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    """A fresh environment outside any checkout, holding prereg's wheel and its core
+    dependencies, made with the interpreter this check's environment was made from."""
+    base = tmp_path_factory.mktemp("wheel")
+    source = base / "source"
+    source.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+    outer = user_env(base / "none")
+    wheels = base / "wheels"
+    ok(
+        run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels, source],
+            base,
+            outer,
+        )
+    )
+    (wheel,) = wheels.glob("prereg-*.whl")
+    interpreter = getattr(sys, "_base_executable", None) or sys.executable
+    env_dir = base / "venv"
+    ok(run([interpreter, "-m", "venv", env_dir], base, outer))
+    constraints = ROOT / "constraints" / "main.txt"
+    python = env_dir / "bin" / "python"
+    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    ok(run([*pip, "-c", constraints, wheel], base, user_env(env_dir)))
+    where = ok(
+        run([python, "-c", "import prereg; print(prereg.__file__)"], base, user_env(env_dir))
+    )
+    assert "site-packages" in where.stdout and str(ROOT) not in where.stdout, where.stdout
+    return env_dir
+
+
+def new_study(folder: Path, venv: Path) -> Path:
+    """``prereg init study`` in ``folder``, then a toy stage committed as a user would."""
+    env = user_env(venv)
+    folder.mkdir()
+    ok(run([venv / "bin" / "prereg", "init", "study"], folder, env))
+    study = folder / "study"
+    for args in (["config", "user.email", "r@example.org"], ["config", "user.name", "R"]):
+        ok(run(["git", *args], study, env))
+    spec = stage_spec(STAGE)
+    plan = {
+        "plan_id": "toy-1.0",
+        "protocol": "a user's first stage",
+        "environment_pins": PINS,
+        "stages": {STAGE: spec},
+    }
+    (study / "plans" / "TOY_PLAN.json").write_text(json.dumps(plan, indent=2))
+    (study / spec["module"]).write_text(EXPERIMENT.format(stage=STAGE))
+    ini = (study / "pytest.ini").read_text()
+    assert "prereg_plans =\n" in ini, ini
+    (study / "pytest.ini").write_text(
+        ini.replace("prereg_plans =\n", "prereg_plans = plans/TOY_PLAN.json\n")
+    )
+    commit(study, env, "A toy stage")
+    return study
+
+
+def commit(study: Path, env: dict[str, str], message: str) -> None:
+    ok(run(["git", "add", "-A"], study, env))
+    ok(run(["git", "commit", "-q", "-m", message], study, env))
+
+
+def approve(study: Path, venv: Path, run_id: str) -> subprocess.CompletedProcess:
+    return run(
+        [
+            venv / "bin" / "prereg",
+            "approve",
+            "--stage",
+            STAGE,
+            "--run-id",
+            run_id,
+            "--accept-deviations",
+        ],
+        study,
+        user_env(venv),
+    )
+
+
+def item_outputs(study: Path, run_id: str) -> dict[str, bytes]:
+    items = study / "runs" / run_id / "items"
+    return {
+        p.relative_to(items).as_posix(): p.read_bytes()
+        for p in sorted(items.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_a_wheel_installed_outside_any_checkout_approves_runs_audits_and_reports(venv, tmp_path):
+    study = new_study(tmp_path / "work", venv)
+    env = user_env(venv)
+    prereg, pytest_ = venv / "bin" / "prereg", venv / "bin" / "pytest"
+    checked = ok(run([pytest_, "-m", "software"], study, env))
+    assert "2 passed" in checked.stdout, checked.stdout
+
+    today = time.strftime("%Y%m%d", time.gmtime())
+    runs = {"serial": f"{STAGE}-{today}-001", "two workers": f"{STAGE}-{today}-002"}
+    for how, run_id in runs.items():
+        ok(approve(study, venv, run_id))
+        commit(study, env, f"Approve {run_id}")
+        workers = ["-n", "2"] if how == "two workers" else []
+        done = ok(run([pytest_, f"--research-stage={STAGE}", *workers], study, env))
+        assert f"run {run_id} complete" in done.stdout, done.stdout
+    for run_id in runs.values():
+        ok(run([prereg, "audit", f"runs/{run_id}"], study, env))
+    ok(run([prereg, "report", *(f"runs/{r}" for r in runs.values())], study, env))
+    for run_id in runs.values():
+        page = study / "runs" / "reports" / f"{run_id}.html"
+        assert page.is_file() and "<html" in page.read_text().lower(), page
+
+    serial, parallel = (item_outputs(study, r) for r in runs.values())
+    assert sorted(serial) == [f"test_cell[cell{c}]/result.json" for c in range(4)], sorted(serial)
+    assert serial == parallel, "the same approved stage wrote different item outputs"
+
+
+def test_importable_code_in_the_environments_bin_is_refused(venv, tmp_path):
+    """The console script's folder is on sys.path: a module or package put there would be
+    importable during collection, after the gate, so each is refused by name."""
+    study = new_study(tmp_path / "work", venv)
+    run_id = f"{STAGE}-{time.strftime('%Y%m%d', time.gmtime())}-001"
+    scripts = venv / "bin"
+    stray, package = scripts / "helpers.py", scripts / "toolkit"
+    try:
+        stray.write_text("VALUE = 1\n")
+        package.mkdir()
+        (package / "__init__.py").write_text("")
+        refused = approve(study, venv, run_id)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert f"file {stray} in the scripts folder on sys.path" in refused.stderr, refused.stderr
+        assert "not listed in the RECORD" in refused.stderr, refused.stderr
+        assert f"folder {package} in the scripts folder on sys.path" in refused.stderr
+        assert not (study / "plans" / "approvals" / f"{run_id}.json").exists()
+    finally:
+        stray.unlink(missing_ok=True)
+        shutil.rmtree(package, ignore_errors=True)
+    ok(approve(study, venv, run_id))  # the same environment without them

@@ -1,0 +1,125 @@
+"""Hermetic research runs: the session that runs a stage's items starts from a snapshot.
+
+``pytest --research-stage=S`` in a checkout is the *launcher*: it resolves the approval,
+passes the gate, materialises the approved commit (HEAD, the anchor plus the approval
+record) into a fresh read-only folder (:mod:`prereg.snapshot`), and replaces itself
+(``exec``, same process id, so signals reach the run) with the *session*: an isolated
+interpreter (``python -I -B``) started in the snapshot by :mod:`prereg.hermetic_boot`,
+
+* with an allow-listed environment (:data:`PASSED_VARIABLES`: the thread variables, a
+  locale, ``PATH``, ``HOME``, the temporary folder, terminal width); never
+  ``PYTHONPATH``, ``PYTEST_ADDOPTS``, ``PYTEST_PLUGINS`` or ``GIT_*``;
+* with pytest's plugin autoload off and the installed plugins loaded by name
+  (:func:`plugin_arguments`: the ``pytest11`` entry points that the environment lock
+  binds), the cache and stepwise plugins off (nothing is written into the snapshot);
+* with standard input closed and ``breakpoint()`` refusing.
+
+The session runs the gate again in its own process (with the snapshot as the code that
+may run), spends the run id, runs the items (xdist workers start from the same snapshot
+and environment) and writes the run folder into the checkout's ``runs/<run-id>/``. The
+manifest's ``snapshot`` says which tree ran, recomputed from the snapshot's bytes when the
+session started and again when it ended; the audit compares both with the source
+commit's tree. The snapshot is deleted when the session ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from prereg import provenance
+
+# The internal option naming the checkout a session writes its run into; typed by a user,
+# it is refused (only a launcher starts a session, and the session verifies its snapshot).
+CHECKOUT_OPTION = "--prereg-checkout"
+PASSED_VARIABLES = (
+    *provenance.THREAD_VARIABLES,
+    "LANG", "LC_ALL", "LC_CTYPE", "TZ",
+    "PATH", "HOME", "USER", "LOGNAME", "TMPDIR",
+    "TERM", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR",
+    # Older OpenBLAS builds compute wrong results or crash on some processors without these.
+    "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+    "CXX",  # the compiler that builds the GRU kernel when its cached build is missing
+)  # fmt: skip
+# Set in the session's environment: its xdist workers (not started with -I) write no
+# bytecode and read no user site-packages; pytest loads no plugin by itself.
+SESSION_VARIABLES = {
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONNOUSERSITE": "1",
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+}
+# Plugins a session never loads: they would write into the snapshot (.pytest_cache).
+BLOCKED_PLUGINS = ("cacheprovider", "stepwise")
+BOOT = "hermetic_boot.py"
+
+
+def session_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The session's environment: the allow-listed variables of ``environ``, and its own."""
+    environ = os.environ if environ is None else environ
+    kept = {name: environ[name] for name in PASSED_VARIABLES if name in environ}
+    return {**kept, **SESSION_VARIABLES}
+
+
+def plugin_arguments(loaded: list[str], blocked: list[str]) -> list[str]:
+    """``-p`` arguments that load exactly the entry-point plugins the launcher had loaded
+    (each by its entry-point name, as autoload would) and block the rest."""
+    args = []
+    for name in sorted(set(loaded) - set(blocked)):
+        args += ["-p", name]
+    for name in sorted(set(blocked) | set(BLOCKED_PLUGINS)):
+        args += ["-p", f"no:{name}"]
+    return args
+
+
+def command(
+    *,
+    checkout: Path,
+    folder: Path,
+    args: list[str],
+    plugins: list[str],
+    addopts: str | None = None,
+    pythonpath: str | None = None,
+    source: Path | None = None,
+) -> list[str]:
+    """The session's command line: the boot script, its sys.path entries, pytest's arguments.
+
+    ``folder`` is the snapshot; ``source`` the folder this process's code comes from (the
+    checkout for a launcher, the snapshot for a session); ``args`` pytest's arguments as
+    typed, ``addopts`` the launcher's ``PYTEST_ADDOPTS`` (put before them, as pytest reads
+    it), ``plugins`` the ``-p`` arguments. The launcher's ``PYTHONPATH`` entries inside the
+    checkout (the gate refuses any other) become the same folders of the snapshot."""
+    import prereg
+
+    package = Path(prereg.__file__).resolve().parent
+    source = Path(source or checkout).resolve()
+    try:
+        inside = package.relative_to(source)
+    except ValueError:  # prereg is installed, not part of the checkout: site-packages has it
+        paths, boot = [], package / BOOT
+    else:
+        paths, boot = [str(folder / inside.parent)], folder / inside / BOOT
+    for entry in (pythonpath or "").split(os.pathsep):
+        try:
+            rel = Path(entry or ".").resolve().relative_to(source)
+        except ValueError:
+            continue
+        if str(folder / rel) not in paths:
+            paths.append(str(folder / rel))
+    return [
+        sys.executable, "-I", "-B", str(boot), os.pathsep.join(paths),
+        *shlex.split(addopts or ""), *args, *plugins,
+        f"{CHECKOUT_OPTION}={checkout}",
+    ]  # fmt: skip
+
+
+def exec_session(argv: list[str], *, cwd: Path, env: dict[str, str]) -> None:
+    """Replace this process with the session (standard input closed; never returns)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.chdir(cwd)
+    os.execve(argv[0], argv, env)

@@ -1,0 +1,34 @@
+"""The first code of a hermetic research session (run as a file: ``python -I -B THIS PATHS ARGS``).
+
+``PATHS`` is an ``os.pathsep``-joined list of folders of the snapshot put first on
+``sys.path`` (the snapshot's ``lib`` when the project is prereg's own checkout; empty
+otherwise); ``ARGS`` are pytest's arguments. The script's own folder, which Python 3.9
+puts on ``sys.path`` although ``-I`` is given, is taken off first; debugger breakpoints
+refuse; standard input is already closed by the launcher. This file imports nothing of
+prereg: the plugin is loaded by pytest, from the snapshot.
+"""
+
+import os
+import sys
+
+
+def _no_debugger(*args, **kwargs):
+    raise RuntimeError(
+        "breakpoint() is disabled in a research run: code typed at a debugger prompt would run "
+        "unrecorded; rehearse the stage outside a research run to debug it"
+    )
+
+
+def main():
+    here = os.path.dirname(os.path.realpath(__file__))
+    if sys.path and os.path.realpath(sys.path[0] or os.getcwd()) == here:
+        del sys.path[0]
+    sys.path[:0] = [entry for entry in sys.argv[1].split(os.pathsep) if entry]
+    sys.breakpointhook = _no_debugger
+    import pytest
+
+    raise SystemExit(pytest.main(sys.argv[2:]))
+
+
+if __name__ == "__main__":
+    main()
