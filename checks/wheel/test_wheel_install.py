@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from prereg.testing import EXPERIMENT, PINS, stage_spec
+from prereg.testing import EXPERIMENT, PINS, fake_distribution, stage_spec
 
 pytestmark = [pytest.mark.software, pytest.mark.slow]
 
@@ -206,3 +206,38 @@ def test_importable_code_in_the_environments_bin_is_refused(venv, tmp_path):
         stray.unlink(missing_ok=True)
         shutil.rmtree(package, ignore_errors=True)
     ok(approve(study, venv, run_id))  # the same environment without them
+
+
+REWRITER = """
+def pytest_runtest_teardown(item):
+    research = getattr(item, "funcargs", {}).get("research")
+    if research is not None:
+        (research.outputs / "result.json").write_text('{"x": [0, 0, 0]}')
+"""
+
+
+def test_a_plugin_installed_after_approval_is_refused_and_never_loads(venv, tmp_path):
+    """A ``pytest11`` plugin that rewrites outputs, installed after the approval: the run is
+    refused before spending (environment-lock); once removed, the same approval runs clean."""
+    study = new_study(tmp_path / "work", venv)
+    env = user_env(venv)
+    run_id = f"{STAGE}-{time.strftime('%Y%m%d', time.gmtime())}-001"
+    ok(approve(study, venv, run_id))
+    commit(study, env, f"Approve {run_id}")
+    (site,) = (venv / "lib").glob("python*/site-packages")
+    meta = fake_distribution(
+        site, "rewriter", {"rewriter_plugin.py": REWRITER},
+        {"entry_points.txt": "[pytest11]\nrewriter = rewriter_plugin\n"},
+    )  # fmt: skip
+    try:
+        done = run([venv / "bin" / "pytest", f"--research-stage={STAGE}"], study, env)
+        assert done.returncode == 4, done.stdout + done.stderr
+        assert "[environment-lock]" in done.stderr and "rewriter" in done.stderr, done.stderr
+        assert not (study / "runs" / run_id / "start.json").exists()
+    finally:
+        shutil.rmtree(meta)
+        (site / "rewriter_plugin.py").unlink()
+    ok(run([venv / "bin" / "pytest", f"--research-stage={STAGE}"], study, env))
+    ok(run([venv / "bin" / "prereg", "audit", f"runs/{run_id}"], study, env))
+    results = item_outputs(study, run_id)
+    assert all(b'"x": [0, 0, 0]' not in data for data in results.values()), results

@@ -24,7 +24,18 @@ from pathlib import Path
 import pytest
 
 from prereg import approval as approvals
-from prereg import execution, gate, gitrepo, hermetic, ledger, manifest, options, provenance, remote
+from prereg import (
+    envlock,
+    execution,
+    gate,
+    gitrepo,
+    hermetic,
+    ledger,
+    manifest,
+    options,
+    provenance,
+    remote,
+)
 from prereg import snapshot as snapshots
 from prereg.context import BudgetExceeded, ItemContext
 from prereg.hashing import canonical_json, file_entries, read_json, sha256_file
@@ -197,7 +208,8 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         snapshot = snapshots.materialise(checkout, gitrepo.head_commit(checkout))
     except (snapshots.SnapshotError, gitrepo.GitError, OSError) as err:
         launcher.refuse([gate.Refusal("hermetic", f"the approved commit cannot be run: {err}")])
-    loaded, blocked = _entry_point_plugins(config)
+    lock = launcher.approval.data.get("environment_lock") or {}
+    loaded, blocked = _entry_point_plugins(config, lock.get("distributions") or {})
     argv = hermetic.command(
         checkout=checkout,
         folder=snapshot.folder,
@@ -217,11 +229,20 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     return None  # not reached
 
 
-def _entry_point_plugins(config: pytest.Config) -> tuple[list[str], list[str]]:
+def _entry_point_plugins(
+    config: pytest.Config, locked: dict | None = None
+) -> tuple[list[str], list[str]]:
     """The installed (``pytest11``) plugins loaded here by their entry-point names, and the
-    names blocked with ``-p no:NAME``."""
+    names blocked with ``-p no:NAME``. With ``locked`` (the approval's environment lock:
+    name -> version), only plugins of distributions it holds at that version count: one
+    installed after approval is never loaded by a session (and the gate refuses it)."""
     manager = config.pluginmanager
-    loaded = [manager.get_name(plugin) for plugin, _dist in manager.list_plugin_distinfo()]
+    loaded = [
+        manager.get_name(plugin)
+        for plugin, dist in manager.list_plugin_distinfo()
+        if locked is None
+        or (locked.get(envlock.normalised(dist.project_name)) or {}).get("version") == dist.version
+    ]
     blocked = [name for name, plugin in manager.list_name_plugin() if plugin is None and name]
     return sorted(n for n in loaded if n), sorted(blocked)
 
