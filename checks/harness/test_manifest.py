@@ -81,6 +81,40 @@ def test_an_enforced_budget_ends_the_stage_incomplete(tmp_path):
     )
 
 
+DEADLINE_PROBE = """
+import json
+import pytest
+
+pytestmark = pytest.mark.research_stage("toy")
+
+
+@pytest.mark.parametrize("cell", [0, 1])
+def test_cell(cell, research):
+    research.coords(cell=cell)
+    (research.outputs / "deadline.json").write_text(json.dumps(research.deadline))
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "two-workers"])
+def test_an_enforced_budget_counts_from_the_spend(tmp_path, workers):
+    """Every item's deadline is the start record's time (when the run id was spent) plus the
+    budget, not the earlier moment the gate passed."""
+    from datetime import datetime
+
+    spec = stage_spec("toy", budget_seconds=600, budget_enforced=True)
+    toy = make_toy_repo(tmp_path / "budget", {"toy": spec})
+    (toy.root / spec["module"]).write_text(DEADLINE_PROBE)
+    toy.commit("A probe of the deadline")
+    toy.approve("toy", "toy-20261130-001")
+    done = toy.pytest("--research-stage=toy", *workers)
+    assert done.returncode == 0, done.stdout + done.stderr
+    start = json.loads(toy.layout("toy-20261130-001").start.read_text())
+    spent = datetime.fromisoformat(start["started_at"]).timestamp()
+    items = toy.run_dir("toy-20261130-001") / "items"
+    deadlines = {json.loads(p.read_text()) for p in items.glob("*/deadline.json")}
+    assert deadlines == {spent + 600}, (deadlines, spent)
+
+
 def test_audit_names_a_flipped_byte_a_deleted_file_and_an_added_file(toy):
     toy.approve("toy", "toy-20261130-001")
     assert toy.pytest("--research-stage=toy").returncode == 0

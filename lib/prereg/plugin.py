@@ -19,6 +19,7 @@ import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,8 @@ class Settings:
     module: str | None = None
     threads: int = 1
     seed_namespace: str | None = None
-    deadline: float | None = None
+    deadline: float | None = None  # gate passed + budget: a remote worker's enforced deadline
+    budget_seconds: float | None = None  # the enforced budget, counted from the spend
     gate_passed: bool = False
     inputs: dict | None = (
         None  # name -> bound input (path, kind, sha256 or commit), from the approval
@@ -436,7 +438,7 @@ def research(request: pytest.FixtureRequest, _prereg_plan: dict) -> ItemContext:
         plan=_prereg_plan,
         outputs=outputs,
         seed_namespace=settings.seed_namespace,
-        deadline=settings.deadline,
+        deadline=_deadline(settings),
         record=record,
         inputs=_verified_inputs(settings),
         required_runs={
@@ -448,6 +450,15 @@ def research(request: pytest.FixtureRequest, _prereg_plan: dict) -> ItemContext:
     context.check_budget()
     record["thread_settings"] = provenance.apply_thread_limits(settings.threads)
     return context
+
+
+def _deadline(settings: Settings) -> float | None:
+    """An enforced budget counts from the spend (``start.json``'s ``started_at``), read from
+    the run folder where this process can see it; a remote worker uses the gate's time."""
+    if settings.budget_seconds is None or settings.ship_outputs:
+        return settings.deadline
+    started = read_json(settings.layout.start, what="start record")["started_at"]
+    return datetime.fromisoformat(started).timestamp() + settings.budget_seconds
 
 
 @pytest.hookimpl(wrapper=True)
@@ -557,6 +568,7 @@ class Controller:
             **{
                 **asdict(settings),
                 "deadline": deadline,
+                "budget_seconds": spec["budget_seconds"] if spec["budget_enforced"] else None,
                 "gate_passed": True,
                 "snapshot_tree": self.snapshot.tree if self.snapshot is not None else None,
             }
