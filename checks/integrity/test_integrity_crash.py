@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -622,3 +623,49 @@ def test_every_item_folder_is_hashed_temporary_files_and_unclaimed_folders_inclu
     assert [o["path"] for o in cell1["outputs"]] == [".result.json.99.tmp", "result.json"]
     assert "recorded none" in cell1["outputs_rehashed"]
     assert by_dir["stray"]["outcome"] == "unknown" and "items/stray" in by_dir["stray"]["nodeid"]
+
+
+def test_a_run_folder_that_cannot_be_written_after_the_spend_still_has_a_record(tmp_path):
+    """The run id is spent in git, then the disk is full: no item runs, the refusal says the
+    run is spent, ``prereg runs`` lists it and ``prereg audit`` names it (exit 1)."""
+    toy = misbehaving(tmp_path, "none", cell=-1)
+    runs = on_tmpfs(toy, "64k")
+    try:
+        fd = os.open(runs / "filler", os.O_WRONLY | os.O_CREAT)  # full from the start
+        try:
+            while os.write(fd, bytes(4096)):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        done = toy.pytest("--research-stage=toy")
+        assert done.returncode == 4, done.stdout + done.stderr
+        assert f"run {RUN} is spent" in done.stderr and "could not be written" in done.stderr
+        assert ledger.is_spent(toy.root, RUN)
+        listed = toy.prereg("runs", "--no-audit")
+        assert listed.returncode == 0, listed.stdout + listed.stderr
+        assert RUN in listed.stdout, listed.stdout
+        audit = toy.audit(RUN)
+        assert audit.returncode == 1, audit.stdout + audit.stderr
+        if (toy.run_dir(RUN) / "start.json").is_file():  # the start record fitted, no more
+            assert "manifest.json is missing" in audit.stdout, audit.stdout
+        else:
+            assert "no run folder" in listed.stdout, listed.stdout
+            assert ledger.start_ref(RUN) in audit.stdout, audit.stdout
+    finally:
+        subprocess.run(["umount", "-l", str(runs)], check=False)
+
+
+def test_a_run_whose_folder_was_never_written_is_listed_and_audited_from_git(tmp_path):
+    toy = misbehaving(tmp_path, "none", cell=-1)
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    shutil.rmtree(toy.run_dir(RUN))  # as if it had never been written
+    listed = toy.prereg("runs", "--no-audit")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    line = next(line for line in listed.stdout.splitlines() if RUN in line)
+    assert "no run folder" in line and "toy" in line, listed.stdout
+    audit = toy.audit(RUN)
+    assert audit.returncode == 1 and ledger.start_ref(RUN) in audit.stdout, audit.stdout
+    report = toy.prereg("report", "--all")
+    assert report.returncode == 0, report.stdout + report.stderr

@@ -45,6 +45,7 @@ from prereg.runs import (
     RUN_ID_PATTERN,
     START_RECORD,
     RunFolder,
+    valid_run_id,
 )
 from prereg.schema import (
     MapOf,
@@ -1057,6 +1058,24 @@ def describe_extensions(extensions: dict | None) -> list[str]:
 def audit_run(root: Path, run_dir: Path, *, replay: bool = True) -> AuditResult:
     """All findings for one run directory; never raises (an empty result: clean)."""
     root, run_dir = Path(root), Path(run_dir)
+    if not RunFolder(run_dir).start.exists() and valid_run_id(run_dir.name):
+        ref = ledger.start_ref(run_dir.name)
+        try:
+            spent = ledger.read(root, ref) is not None
+        except gitrepo.GitError as err:
+            return AuditResult(blockers=(f"{run_dir} does not exist and {err}",))
+        if spent:
+            return AuditResult(
+                findings=(
+                    (
+                        f"{run_dir} holds no {START_RECORD}, but git records the run's start "
+                        f"({ref}): its folder was never written (a full disk, permissions) or was moved "
+                        "or deleted; nothing the run made can be checked. Restore the folder "
+                        "if it exists elsewhere; the run id stays spent"
+                    ),
+                ),
+                status=None,
+            )
     if not run_dir.is_dir():
         return AuditResult(blockers=(f"{run_dir} is not a folder",))
     audit = _Audit(root, run_dir)

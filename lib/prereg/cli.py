@@ -159,8 +159,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     else:
         try:
             root = gitrepo.toplevel(run_dir if run_dir.is_dir() else run_dir.parent)
-        except gitrepo.GitError:
-            root = run_dir.parent  # not a repository: the audit says it could not check git
+        except gitrepo.GitError:  # runs/ on another file system, or not a repository
+            root = run_dir.parent.parent if run_dir.parent.name == "runs" else run_dir.parent
     result = audit_run(root, run_dir, replay=not args.no_replay)
     status = result.status or "no readable manifest"
     if result.findings:

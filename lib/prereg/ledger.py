@@ -106,6 +106,19 @@ def record_manifest(root: Path, run_id: str, manifest: bytes) -> None:
     _create(Path(root), [manifest_ref(run_id)], manifest)
 
 
+def spent_run_ids(root: Path) -> list[str]:
+    """Every run id whose start git records (``refs/prereg/runs/<run-id>/start``)."""
+    done = _git(Path(root), "for-each-ref", "--format=%(refname)", f"{NAMESPACE}/runs/")
+    if done.returncode != 0:
+        return []
+    prefix, suffix = f"{NAMESPACE}/runs/", "/start"
+    return sorted(
+        ref[len(prefix) : -len(suffix)]
+        for ref in done.stdout.decode().split()
+        if ref.startswith(prefix) and ref.endswith(suffix)
+    )
+
+
 def is_spent(root: Path, run_id: str) -> bool:
     return read(Path(root), start_ref(run_id)) is not None
 

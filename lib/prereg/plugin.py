@@ -629,8 +629,19 @@ class Controller:
                 f"{err}: another run of this approval or stage started first (one approval, one "
                 "run; a single-attempt stage runs once)",
             )])  # fmt: skip
-        contained(self.root, self.run_dir.parent)
-        manifest.write_start_record(self.run_dir, record=start, approval_path=record.path)
+        try:
+            contained(self.root, self.run_dir.parent)
+            manifest.write_start_record(self.run_dir, record=start, approval_path=record.path)
+        except OSError as err:
+            _drop_junit_report(self.config)
+            raise pytest.UsageError(
+                f"run {record.run_id} is spent (git records its start in "
+                f"{ledger.start_ref(record.run_id)}) but its folder "
+                f"{self.run_dir.relative_to(self.root)} could not be written: "
+                f"{manifest.describe(err)}. No item ran; `prereg runs` lists the run and "
+                "`prereg audit` names it. Free the disk or fix the permissions, then approve "
+                "a new run id"
+            ) from None
         self.started = time.time()
         self.started_at = started_at
         progress = self.layout.progress_log

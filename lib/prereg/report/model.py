@@ -13,10 +13,11 @@ from pathlib import Path
 
 from prereg import gitrepo
 from prereg.hashing import parse_json, read_json
-from prereg.runs import COMPLETE, ITEM_LOG, START_RECORD, RunFolder, refusals_dir
+from prereg.runs import COMPLETE, ITEM_LOG, START_RECORD, RunFolder, refusals_dir, valid_run_id
 
 REFUSED = "refused"
 NO_MANIFEST = "no manifest"
+NO_FOLDER = "no run folder"  # git records the start; runs/<run-id>/ was never written or is gone
 
 
 class ReportInputError(ValueError):
@@ -75,6 +76,10 @@ def load_run(run_dir: Path) -> RunRecord:
     run_dir = Path(run_dir)
     if run_dir.is_file() and run_dir.suffix == ".json":
         return load_refusal(run_dir)
+    if not RunFolder(run_dir).start.exists():
+        recorded = recorded_start(run_dir)
+        if recorded is not None:
+            return recorded
     if not RunFolder(run_dir).start.is_file():
         raise ReportInputError(
             f"run_dir {run_dir} holds no {START_RECORD}: it is not a started run. Give a run "
@@ -92,6 +97,45 @@ def load_run(run_dir: Path) -> RunRecord:
             manifest=None,
             items=(),
         )
+
+
+def recorded_start(run_dir: Path) -> RunRecord | None:
+    """A spent run whose folder does not exist or holds no start record, from the start
+    record git holds (None when git records no start for the folder's name)."""
+    from prereg import ledger
+
+    root, run_id = run_dir.parent.parent, run_dir.name
+    try:
+        data = ledger.read(root, ledger.start_ref(run_id)) if valid_run_id(run_id) else None
+        start = parse_json(data, what="start record", source=ledger.start_ref(run_id))
+    except (gitrepo.GitError, ValueError, TypeError):
+        return None
+    if not isinstance(start, dict):
+        return None
+    return RunRecord(
+        run_id=run_id,
+        path=run_dir,
+        stage=start.get("stage"),
+        status=NO_FOLDER,
+        start=start,
+        manifest=None,
+        items=(),
+    )
+
+
+def folderless_runs(root: Path) -> list[RunRecord]:
+    """Every run id git records as spent whose folder under runs/ was never written."""
+    from prereg import ledger
+    from prereg.runs import RunLayout
+
+    found = []
+    for run_id in ledger.spent_run_ids(root):
+        folder = RunLayout(root, run_id).folder if valid_run_id(run_id) else None
+        written = folder is None or RunFolder(folder).start.exists()
+        record = None if written else recorded_start(folder)
+        if record is not None:
+            found.append(record)
+    return found
 
 
 def _load_started_run(run_dir: Path) -> RunRecord:

@@ -14,7 +14,15 @@ from pathlib import Path
 
 from prereg.report import header
 from prereg.report import html as h
-from prereg.report.model import NO_MANIFEST, REFUSED, RunRecord, load_run, plan_at_run, refusals
+from prereg.report.model import (
+    NO_MANIFEST,
+    REFUSED,
+    RunRecord,
+    folderless_runs,
+    load_run,
+    plan_at_run,
+    refusals,
+)
 from prereg.report.sections import SectionContext, section_for
 from prereg.runs import RunLayout, all_runs, reports_dir, reports_index, valid_run_id
 
@@ -133,7 +141,8 @@ def write_report(root: Path, run_path: Path, *, audit: str = "cached") -> Path:
 
 def every_run(root: Path) -> list[RunRecord]:
     """Every started run under runs/ (by run id), then every refusal (by record name)."""
-    return [load_run(state.path) for state in all_runs(root)] + refusals(root)
+    started = [load_run(state.path) for state in all_runs(root)] + folderless_runs(root)
+    return sorted(started, key=lambda r: r.run_id) + refusals(root)
 
 
 def index_rows(root: Path, records: list[RunRecord], *, audit: str = "cached") -> list[dict]:
