@@ -29,7 +29,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from prereg import provenance
+from prereg import provenance, snapshot
 
 # The internal option naming the checkout a session writes its run into; typed by a user,
 # it is refused (only a launcher starts a session, and the session verifies its snapshot).
@@ -55,11 +55,16 @@ BLOCKED_PLUGINS = ("cacheprovider", "stepwise")
 BOOT = "hermetic_boot.py"
 
 
-def session_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The session's environment: the allow-listed variables of ``environ``, and its own."""
+def session_environment(folder: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The session's environment: the allow-listed variables of ``environ``, and its own.
+
+    Libraries that keep a cache in the current folder are pointed at the snapshot's scratch
+    folder (:func:`prereg.snapshot.scratch`): hypothesis, collected with the software checks,
+    would otherwise write ``.hypothesis/`` into the snapshot and change its tree."""
     environ = os.environ if environ is None else environ
     kept = {name: environ[name] for name in PASSED_VARIABLES if name in environ}
-    return {**kept, **SESSION_VARIABLES}
+    caches = {"HYPOTHESIS_STORAGE_DIRECTORY": str(snapshot.scratch(folder) / "hypothesis")}
+    return {**kept, **SESSION_VARIABLES, **caches}
 
 
 def plugin_arguments(loaded: list[str], blocked: list[str]) -> list[str]:

@@ -15,6 +15,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -224,7 +225,9 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if capture is not None:
         capture.stop_global_capturing()
     try:
-        hermetic.exec_session(argv, cwd=snapshot.folder, env=hermetic.session_environment())
+        hermetic.exec_session(
+            argv, cwd=snapshot.folder, env=hermetic.session_environment(snapshot.folder)
+        )
     except OSError as err:
         snapshots.remove(snapshot.folder)
         raise pytest.UsageError(f"the hermetic session could not start: {err}") from None
@@ -407,11 +410,13 @@ def _prereg_plan(request: pytest.FixtureRequest) -> dict:
                 Path(settings.root), "", gitrepo.object_format(settings.project)
             )
             if snapshot.tree != settings.snapshot_tree:
+                head = gitrepo.head_commit(settings.project)
+                changed = snapshots.differences(Path(settings.root), settings.project, head)
                 raise RuntimeError(
                     f"worker {request.config.workerinput.get('workerid')} runs from "
                     f"{settings.root}, whose tree {snapshot.tree} is not the run's snapshot "
-                    f"{settings.snapshot_tree}: the snapshot changed, or the worker was started "
-                    "elsewhere"
+                    f"{settings.snapshot_tree} ({', '.join(changed[:8])}): the snapshot changed, "
+                    "or the worker was started elsewhere"
                 )
         problems = execution.problems(Path(settings.root), plugins, worker=True, snapshot=snapshot)
         if problems:
@@ -695,7 +700,7 @@ class Controller:
                     },
                 )
             else:
-                state = remote.run_on_gateway(gateway, remote.DESCRIBE_SOURCE, None)
+                state = remote.run_on_gateway(gateway, remote.DESCRIBE_SOURCE, list(sys.path))
         except Exception as err:  # noqa: BLE001 -- a worker that cannot prove its state is refused
             state = {"problems": [f"its proof did not run: {manifest.describe(err)}"]}
         entry.update(state)

@@ -93,8 +93,12 @@ SERVED_BEFORE = (
     "keeps the modules of earlier runs loaded): start a fresh one for each run, e.g. "
     "python -m prereg.remote HOST:PORT, which serves one connection and exits"
 )
+# A local worker's interpreter imports prereg from where the controller does (a hermetic
+# session's snapshot), so its sys.path is the controller's before anything is imported;
+# xdist then sets the same sys.path for the worker itself.
 DESCRIBE_SOURCE = """
-import json
+import json, sys
+sys.path[:] = json.loads(channel.receive())
 from prereg import remote
 channel.send(json.dumps(remote.describe(), sort_keys=True))
 """

@@ -138,9 +138,32 @@ def prove(folder: Path, commit: str, algorithm: str = "sha1") -> Snapshot:
     return Snapshot(folder=folder, commit=commit, tree=tree, blobs=blobs)
 
 
+def differences(folder: Path, root: Path, commit: str) -> list[str]:
+    """The paths where ``folder`` differs from ``commit``'s tree in the repository at
+    ``root`` (added, changed or missing), for messages that say what changed."""
+    _tree, blobs = read_folder(folder, gitrepo.object_format(root))
+    with gitrepo.ObjectReader(root) as objects:
+        committed = {
+            rel: oid
+            for rel, (_mode, oid) in objects.tree_files(objects.commit_tree(commit)).items()
+        }
+    return sorted(
+        f"{rel} ({'added' if rel not in committed else 'missing' if rel not in blobs else 'changed'})"
+        for rel in set(blobs) | set(committed)
+        if blobs.get(rel) != committed.get(rel)
+    )
+
+
+def scratch(folder: Path) -> Path:
+    """The writable folder beside a snapshot for caches its session's libraries keep."""
+    return Path(folder).with_name(Path(folder).name + "-scratch")
+
+
 def remove(folder: Path) -> None:
-    """Delete a snapshot folder (its read-only modes first made writable again)."""
+    """Delete a snapshot folder (its read-only modes first made writable again) and its
+    scratch folder."""
     folder = Path(folder)
+    shutil.rmtree(scratch(folder), ignore_errors=True)
     if not folder.exists():
         return
     for top, dirs, _files in os.walk(folder):
