@@ -128,8 +128,8 @@ def test_the_run_layout_is_the_one_on_disk(tmp_path):
 
 @given(
     st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True),
-    st.from_regex(r"\d{8}", fullmatch=True),
-    st.from_regex(r"\d{3}", fullmatch=True),
+    st.from_regex(r"[0-9]{8}", fullmatch=True),
+    st.from_regex(r"[0-9]{3}", fullmatch=True),
 )
 def test_every_well_formed_run_id_is_valid(stage, date, seq):
     assert valid_run_id(f"{stage}-{date}-{seq}")
@@ -374,11 +374,12 @@ def test_approval_conditions_refuse_a_second_approval_and_a_shared_namespace():
     st.lists(st.text(min_size=1, max_size=8), max_size=6, unique=True),
     st.lists(st.text(min_size=1, max_size=8), max_size=6),
 )
-def test_the_item_set_passes_exactly_when_it_equals_the_stage(expected, about):
+def test_the_item_set_passes_exactly_when_it_equals_a_stage_of_items(expected, about):
+    """A stage with no items is refused too: its run would spend the run id for nothing."""
     found = gate.item_set(expected, about)
     same = sorted(expected) == sorted(about)
-    assert (found == []) == same
-    if not same:
+    assert (found == []) == (same and bool(expected))
+    if found:
         assert found[0].condition == "whole-stage"
 
 
