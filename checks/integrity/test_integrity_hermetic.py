@@ -286,3 +286,47 @@ def test_a_corrupt_object_stops_the_snapshot(tmp_path):
     ), "git itself serves the forged bytes"
     with pytest.raises(gitrepo.GitError, match="corrupt"):
         snapshots.materialise(root, commit)
+
+
+variable_names = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ_", min_size=1, max_size=12)
+
+
+@given(
+    environ=st.dictionaries(
+        st.one_of(
+            variable_names,
+            variable_names.map(lambda n: "PYTHON" + n),
+            variable_names.map(lambda n: "PYTEST_" + n),
+            variable_names.map(lambda n: "GIT_" + n),
+            st.sampled_from(hermetic.PASSED_VARIABLES),
+        ),
+        st.text(max_size=8),
+    )
+)
+def test_a_session_environment_passes_only_the_allow_list_and_its_own(environ):
+    folder = Path("/tmp/prereg-snapshot-x")
+    env = hermetic.session_environment(folder, environ)
+    own = {**hermetic.SESSION_VARIABLES, "HYPOTHESIS_STORAGE_DIRECTORY": ""}
+    assert set(env) <= set(hermetic.PASSED_VARIABLES) | set(own)
+    for name in set(env) & set(hermetic.PASSED_VARIABLES):
+        assert env[name] == environ[name]
+    assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
+    assert not Path(env["HYPOTHESIS_STORAGE_DIRECTORY"]).is_relative_to(folder)
+
+
+def test_the_session_command_runs_the_snapshot_isolated_with_checkout_paths_translated(tmp_path):
+    checkout, folder = tmp_path / "checkout", tmp_path / "snap"
+    (checkout / "extra").mkdir(parents=True)
+    argv = hermetic.command(
+        checkout=checkout,
+        folder=folder,
+        args=["--research-stage=toy", "-n", "2"],
+        plugins=["-p", "xdist"],
+        addopts="-v",
+        pythonpath=f"{checkout / 'extra'}:/elsewhere",
+    )
+    assert argv[1:3] == ["-I", "-B"]
+    paths = argv[4].split(":")
+    assert str(folder / "extra") in paths and "/elsewhere" not in paths
+    assert argv[5:] == ["-v", "--research-stage=toy", "-n", "2", "-p", "xdist",
+                        f"{hermetic.CHECKOUT_OPTION}={checkout}"]  # fmt: skip

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from prereg import provenance, snapshot
 
-# The internal option naming the checkout a session writes its run into; typed by a user,
-# it is refused (only a launcher starts a session, and the session verifies its snapshot).
+# The internal option naming the checkout a session writes its run into. Typed by hand in a
+# checkout, the session's proof of its snapshot refuses the run (condition hermetic).
 CHECKOUT_OPTION = "--prereg-checkout"
 PASSED_VARIABLES = (
     *provenance.THREAD_VARIABLES,

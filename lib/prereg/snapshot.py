@@ -42,10 +42,6 @@ class Snapshot:
     tree: str  # the commit's tree id, equal to read_folder(folder)[0] when written
     blobs: dict[str, str] = field(default_factory=dict)  # relative posix path -> blob id
 
-    def record(self) -> dict:
-        """What a manifest says of the snapshot a run executed."""
-        return {"commit": self.commit, "tree": self.tree, "folder": str(self.folder)}
-
 
 def materialise(root: Path, commit: str, parent: Path | None = None) -> Snapshot:
     """Write ``commit``'s tree of the repository at ``root`` into a new read-only folder."""
