@@ -438,3 +438,25 @@ def test_object_ids_are_git_s(tmp_path):
         gitrepo.object_id("blob", data)
         == plain_git(root, "hash-object", "--stdin", data=data).decode().strip()
     )
+
+
+def test_a_replace_ref_is_refused_at_the_gate_and_found_by_the_audit(tmp_path):
+    """``git replace`` over the approval commit: refused before spending (git-history); a
+    replace ref made after a complete run is a finding of its audit."""
+    from prereg.testing import make_toy_repo
+
+    toy = make_toy_repo(tmp_path / "toy")
+    toy.approve("toy", RUN)
+    head = toy.git("rev-parse", "HEAD").strip()
+    parent = toy.git("rev-parse", "HEAD~1").strip()
+    toy.git("replace", head, parent)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "[git-history]" in done.stderr and "git replace -d" in done.stderr, done.stderr
+    assert not ledger.is_spent(toy.root, RUN)
+    toy.git("replace", "-d", head)
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    assert toy.audit(RUN).returncode == 0
+    toy.git("replace", head, parent)
+    audit = toy.audit(RUN)
+    assert audit.returncode == 1 and "history cannot be trusted" in audit.stdout, audit.stdout
