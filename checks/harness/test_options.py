@@ -79,12 +79,24 @@ class RealParser:
         return self.parser.optparser._option_string_actions[spelling]
 
 
+@contextlib.contextmanager
+def inside(folder: Path):
+    """The current folder set to ``folder`` (contextlib.chdir needs Python 3.11; the pinned
+    stack runs these checks on 3.9)."""
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> RealParser:
     root = tmp_path_factory.mktemp("options")
     (root / "pytest.ini").write_text("[pytest]\n")
     (root / "sub").mkdir()
-    with contextlib.chdir(root):
+    with inside(root):
         config = _pytest.config.get_config([])
         try:
             config.parse([], addopts=False)
@@ -178,7 +190,7 @@ def refused_for(config: pytest.Config) -> list[str]:
 
 
 def configured(root: Path, args: list[str]) -> pytest.Config:
-    with contextlib.chdir(root):
+    with inside(root):
         config = _pytest.config.get_config(args)
         try:
             config.parse(args)
@@ -216,7 +228,9 @@ def test_every_refused_option_is_spelled_as_the_installed_pytest_parses_it(real)
 def test_every_builtin_plugin_is_either_needed_or_unneeded():
     needed, unneeded = set(options.NEEDED_PLUGINS), options.UNNEEDED_PLUGINS
     assert not needed & unneeded
-    assert needed | unneeded == set(_pytest.config.builtin_plugins)
+    # Every built-in plugin of the installed pytest is classified (a newer pytest's new one
+    # forces a decision; an older pytest has fewer).
+    assert set(_pytest.config.builtin_plugins) <= needed | unneeded
 
 
 def test_every_needed_registration_is_a_name_its_package_registers():

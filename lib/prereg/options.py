@@ -185,6 +185,7 @@ NEEDED_PLUGINS: dict[str, str] = {
 UNNEEDED_PLUGINS = frozenset({
     "cacheprovider", "stepwise", "pastebin", "faulthandler", "terminalprogress", "debugging",
     "setuponly", "setupplan", "pytester", "pytester_assertions",
+    "freeze_support",  # pytest < 9: only for frozen executables
 })  # fmt: skip
 # Plugin objects pytest, xdist and prereg register under a name of their own during a run;
 # ``-p no:NAME`` keeps them from being registered.
