@@ -1058,7 +1058,9 @@ def describe_extensions(extensions: dict | None) -> list[str]:
 def audit_run(root: Path, run_dir: Path, *, replay: bool = True) -> AuditResult:
     """All findings for one run directory; never raises (an empty result: clean)."""
     root, run_dir = Path(root), Path(run_dir)
-    if not RunFolder(run_dir).start.exists() and valid_run_id(run_dir.name):
+    files = RunFolder(run_dir)
+    never_written = not files.start.exists() and not files.manifest.exists()
+    if never_written and valid_run_id(run_dir.name):
         ref = ledger.start_ref(run_dir.name)
         try:
             spent = ledger.read(root, ref) is not None

@@ -76,7 +76,7 @@ def load_run(run_dir: Path) -> RunRecord:
     run_dir = Path(run_dir)
     if run_dir.is_file() and run_dir.suffix == ".json":
         return load_refusal(run_dir)
-    if not RunFolder(run_dir).start.exists():
+    if not RunFolder(run_dir).start.exists() and not RunFolder(run_dir).manifest.exists():
         recorded = recorded_start(run_dir)
         if recorded is not None:
             return recorded
@@ -131,7 +131,11 @@ def folderless_runs(root: Path) -> list[RunRecord]:
     found = []
     for run_id in ledger.spent_run_ids(root):
         folder = RunLayout(root, run_id).folder if valid_run_id(run_id) else None
-        written = folder is None or RunFolder(folder).start.exists()
+        written = (
+            folder is None
+            or RunFolder(folder).start.exists()
+            or RunFolder(folder).manifest.exists()
+        )
         record = None if written else recorded_start(folder)
         if record is not None:
             found.append(record)
