@@ -19,6 +19,8 @@ import importlib
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 # Top-level modules provided by an optional extra (pyproject.toml), and that extra.
 OPTIONAL_MODULES = {
     "torch": "training",
@@ -88,3 +90,14 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
 def pytest_terminal_summary(terminalreporter) -> None:
     for line in _NOT_COLLECTED:
         terminalreporter.write_line(f"SKIPPED {line}")
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A temporary site-packages folder that prereg.execution takes for the only one."""
+    from prereg import execution
+
+    folder = (tmp_path / "site-packages").resolve()
+    folder.mkdir()
+    monkeypatch.setattr(execution, "site_dirs", lambda: [str(folder)])
+    return folder

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from prereg import envlock, execution, gate, registry
+from prereg import envlock, gate, registry
 from prereg.testing import fake_distribution
 
 pytestmark = pytest.mark.software
@@ -29,14 +29,6 @@ def _install(site: Path, version: str, module: str) -> None:
     fake_distribution(
         site, "toybound", {"toybound_mod.py": module}, {"entry_points.txt": POINTS}, version
     )
-
-
-@pytest.fixture
-def site(tmp_path, monkeypatch):
-    folder = (tmp_path / "site-packages").resolve()
-    folder.mkdir()
-    monkeypatch.setattr(execution, "site_dirs", lambda: [str(folder)])
-    return folder
 
 
 def test_an_unchanged_installation_matches_its_binding(site):

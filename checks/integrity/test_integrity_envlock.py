@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prereg import envlock, execution, registry
+from prereg import envlock, registry
 from prereg.hashing import canonical_json
 from prereg.schema import validate
 
@@ -74,14 +74,6 @@ def _install_copy(tmp_path: Path, site: Path, copy_name: str, name: str, version
                   points: str) -> None:  # fmt: skip
     """Build a wheel in a fresh temporary copy ``copy_name`` and pip-install it from there."""
     _pip_install(site, _wheel(tmp_path / copy_name, name, version, module, points))
-
-
-@pytest.fixture
-def site(tmp_path, monkeypatch):
-    folder = (tmp_path / "site-packages").resolve()
-    folder.mkdir()
-    monkeypatch.setattr(execution, "site_dirs", lambda: [str(folder)])
-    return folder
 
 
 def _bound_extension() -> dict:
