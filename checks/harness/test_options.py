@@ -342,3 +342,30 @@ def test_after_a_refused_fixtures_listing_the_stage_runs_whole_under_its_approva
     done = research_run(approved, "-q", "-s")
     assert done.returncode == 0, done.stdout + done.stderr
     assert approved.manifest(RUN)["status"] == "complete"
+
+
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        (["-o", "strict_xfail=false"], True),
+        (["-o", "strict=false"], True),
+        (["-o", "strict_markers=true"], False),
+        (["-W", "ignore::RuntimeWarning"], True),
+        (["-W", "error::RuntimeWarning"], False),
+        (["-p", "experiments.helpers_plugin"], True),
+        (["-p", "xdist"], False),
+        (["-p", "no:randomly"], False),
+    ],
+)
+def test_options_that_would_let_a_failing_item_pass_or_load_uninstalled_code(real, args, refused):
+    """``strict_xfail`` switched off passes an xfail that passes; ``-W ignore`` defeats
+    pytest.ini's ``filterwarnings = error``; ``-p`` of a committed module loads code the
+    stage's configuration does not. Each is refused; their harmless forms are not."""
+    found = options.refused_options(
+        real.parse(args),
+        rootpath=real.root,
+        args_from_command_line=False,
+        typed=args,
+        installed_plugins=frozenset({"xdist", "prereg.plugin"}),
+    )
+    assert bool(found) == refused, found

@@ -252,6 +252,8 @@ def test_options_that_drop_repeat_or_redirect_items_are_refused_before_spending(
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]])
 def test_a_committed_plugin_that_drops_items_is_refused_before_spending(toy, workers):
+    """``-p`` of a committed module the stage's configuration does not load: refused as an
+    option; were it let through, the comparison with the clean listing would refuse it."""
     (toy.root / "experiments" / "dropper.py").write_text(
         "def pytest_collection_modifyitems(config, items):\n    del items[-1:]\n"
     )
@@ -261,8 +263,10 @@ def test_a_committed_plugin_that_drops_items_is_refused_before_spending(toy, wor
         "env", "PYTHONPATH=.", sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
         "-p", "experiments.dropper", "--research-stage=toy", *workers,
     )  # fmt: skip
-    refused(toy, done, "whole-stage", "missing (1)", "test_cell[cell3]")
-    assert not (toy.root / "runs" / RUN).exists()
+    text = done.stdout + done.stderr
+    assert done.returncode == USAGE_ERROR, text
+    assert "-p experiments.dropper loads a plugin that is not an installed pytest plugin" in text
+    assert not ledger.is_spent(toy.root, RUN) and not (toy.root / "runs" / RUN).exists()
     assert toy.pytest("--research-stage=toy", *workers).returncode == 0, "the honest run passes"
 
 
@@ -270,16 +274,13 @@ def test_a_bound_input_edited_after_the_gate_is_not_used(tmp_path):
     toy = make_toy_repo(tmp_path / "inputs", {"toy": stage_spec("toy", inputs=["data"])})
     data = tmp_path / "data.txt"
     data.write_text("approved\n")
-    # A committed plugin edits the input once the gate has passed (at collection).
-    (toy.root / "experiments" / "editor.py").write_text(
+    # A committed conftest edits the input once the gate has passed (at collection).
+    (toy.root / "experiments" / "conftest.py").write_text(
         f"def pytest_collection_finish(session):\n    open({str(data)!r}, 'w').write('edited')\n"
     )
-    toy.commit("A plugin that edits the input after the gate")
+    toy.commit("A conftest that edits the input after the gate")
     toy.approve("toy", RUN, "--input", f"data={data}")
-    done = toy.run(
-        "env", "PYTHONPATH=.", sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-        "-p", "experiments.editor", "--research-stage=toy",
-    )  # fmt: skip
+    done = toy.pytest("--research-stage=toy")
     assert done.returncode != 0, done.stdout + done.stderr
     manifest = toy.manifest(RUN)
     assert manifest["status"] == "incomplete"

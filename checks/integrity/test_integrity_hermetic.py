@@ -153,8 +153,9 @@ def test_breakpoint_in_an_item_refuses_instead_of_prompting(tmp_path):
 
 
 EVIL = """
-import prereg.gate
+import prereg.gate, prereg.options
 prereg.gate.check = lambda *args, **kwargs: []
+prereg.options.refused_options = lambda *args, **kwargs: []
 """
 
 

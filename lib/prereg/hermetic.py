@@ -24,6 +24,7 @@ commit's tree. The snapshot is deleted when the session ends.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shlex
 import sys
@@ -65,6 +66,16 @@ def session_environment(folder: Path, environ: dict[str, str] | None = None) -> 
     kept = {name: environ[name] for name in PASSED_VARIABLES if name in environ}
     caches = {"HYPOTHESIS_STORAGE_DIRECTORY": str(snapshot.scratch(folder) / "hypothesis")}
     return {**kept, **SESSION_VARIABLES, **caches}
+
+
+def installed_plugins() -> frozenset[str]:
+    """The entry-point names of the installed pytest plugins (group ``pytest11``)."""
+    return frozenset(
+        point.name
+        for dist in importlib.metadata.distributions()  # entry_points(group=) needs 3.10
+        for point in dist.entry_points
+        if point.group == "pytest11"
+    )
 
 
 def plugin_arguments(loaded: list[str], blocked: list[str]) -> list[str]:

@@ -24,9 +24,12 @@ from typing import Any
 
 STAGE_OPTION = "--research-stage"
 DEFAULT_IMPORT_MODE = "prepend"
-# Ini overrides (-o NAME=VALUE) a research run accepts: strictness and output style only
-# (pytest itself spells --strict-markers as -o strict_markers=true).
-HARMLESS_OVERRIDES = ("strict", "console_output_style", "verbosity_")
+# Ini overrides (-o NAME=VALUE) a research run accepts: output style, and strictness switched
+# on (pytest itself spells --strict-markers as -o strict_markers=true); switched off, a
+# strict_xfail would let a failing item pass.
+HARMLESS_OVERRIDES = ("console_output_style", "verbosity_")
+STRICTNESS = "strict"
+TRUE = ("true", "1", "yes", "on")
 RUNS_NO_ITEM = "and runs no item"
 PART = "selects part of the stage"
 PATHS_WHY = "{verb} part of the stage (a research stage collects its plan's module)"
@@ -210,6 +213,7 @@ def refused_options(
     rootpath: Path,
     args_from_command_line: bool,
     typed: Sequence[str] = (),
+    installed_plugins: frozenset[str] | None = None,
 ) -> list[str]:
     """One sentence per option that keeps a research run from running its stage whole.
 
@@ -218,7 +222,8 @@ def refused_options(
     holding every ``-p`` value. ``args_from_command_line``: the path arguments came from the
     command line (``config.args_source`` is ``ARGS``), not from testpaths. ``typed`` is the
     arguments as given (those three sources), only to name each option by the spelling used
-    (``--co`` rather than ``--collect-only``)."""
+    (``--co`` rather than ``--collect-only``). ``installed_plugins``: the entry-point names
+    of the installed pytest plugins, the only ones ``-p NAME`` may load (None: not checked)."""
     found = []
     for entry in REFUSED:
         value = getattr(option, entry.dest, None)
@@ -227,13 +232,29 @@ def refused_options(
             named = f"{spelling}={entry.show(value)}" if entry.with_value else spelling
             found.append(f"{named} {entry.why}")
     for override in getattr(option, "override_ini", None) or ():
-        name = override.partition("=")[0].strip()
-        if not name.startswith(HARMLESS_OVERRIDES):
+        name, _, value = (part.strip() for part in override.partition("="))
+        stricter = name.startswith(STRICTNESS) and value.lower() in TRUE
+        if not name.startswith(HARMLESS_OVERRIDES) and not stricter:
             found.append(
                 f"-o {override} overrides pytest.ini's {name}, which fixes what a stage "
-                "collects and how (only strict*, console_output_style and verbosity_* may be "
-                "overridden)"
+                "collects and how its items pass (only strict*=true, console_output_style "
+                "and verbosity_* may be overridden)"
             )
+    for warning in getattr(option, "pythonwarnings", None) or ():
+        if not str(warning).startswith("error"):
+            found.append(
+                f"-W {warning} changes pytest.ini's warning filters, which decide whether an "
+                "item that warns passes (only -W error... filters may be added)"
+            )
+    if installed_plugins is not None:
+        for arg in getattr(option, "plugins", None) or ():
+            name = str(arg).strip()
+            if not name.startswith("no:") and name not in installed_plugins:
+                found.append(
+                    f"-p {name} loads a plugin that is not an installed pytest plugin: code the "
+                    "stage's configuration does not load would run inside the run (name it in "
+                    "a committed conftest.py's pytest_plugins instead)"
+                )
     confcutdir = getattr(option, "confcutdir", None)
     if confcutdir and Path(confcutdir).resolve() != Path(rootpath).resolve():
         found.append(

@@ -303,6 +303,7 @@ def _resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fal
             *config.getini("addopts"),
             *config.invocation_params.args,
         ],
+        installed_plugins=hermetic.installed_plugins(),
     )
     if not listing and refused:
         raise pytest.UsageError(options.refusal_message(stage, refused))
