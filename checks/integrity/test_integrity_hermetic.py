@@ -9,7 +9,11 @@ the run is still found by the audit, which re-judges the recorded conditions.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +22,7 @@ from hypothesis import strategies as st
 
 from prereg import gitrepo, hermetic, ledger
 from prereg import snapshot as snapshots
-from prereg.testing import make_toy_repo, stage_spec
+from prereg.testing import make_toy_repo, stage_spec, terminal_signals
 
 pytestmark = pytest.mark.software
 
@@ -331,3 +335,62 @@ def test_the_session_command_runs_the_snapshot_isolated_with_checkout_paths_tran
     assert str(folder / "extra") in paths and "/elsewhere" not in paths
     assert argv[5:] == ["-v", "--research-stage=toy", "-n", "2", "-p", "xdist",
                         f"{hermetic.CHECKOUT_OPTION}={checkout}"]  # fmt: skip
+
+
+def _snapshots(commit: str) -> set[Path]:
+    return set(Path(snapshots.tempfile.gettempdir()).glob(f"{snapshots.PREFIX}{commit[:12]}-*"))
+
+
+def test_a_session_started_by_hand_from_a_real_snapshot_is_refused(tmp_path):
+    """A snapshot materialised by hand and a session typed in it, not isolated and with a
+    variable the launcher never passes: the session's own gate judges its recorded
+    execution (isolated mode, the environment's names) and refuses."""
+    toy = _probe_repo(tmp_path / "p")
+    made = snapshots.materialise(toy.root, toy.git("rev-parse", "HEAD").strip())
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--research-stage=toy",
+             f"{hermetic.CHECKOUT_OPTION}={toy.root}"],
+            cwd=made.folder, capture_output=True, text=True, check=False,
+            env={**os.environ, "LD_PRELOAD": "", "PYTHONWARNINGS": "ignore"},
+        )  # fmt: skip
+    finally:
+        snapshots.remove(made.folder)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "not run in isolated mode" in done.stderr and "LD_PRELOAD" in done.stderr
+    assert not ledger.is_spent(toy.root, RUN)
+
+
+def test_a_refused_session_and_one_stopped_before_the_spend_leave_no_snapshot(tmp_path):
+    toy = _probe_repo(tmp_path / "p")
+    head = toy.git("rev-parse", "HEAD").strip()
+    before = _snapshots(head)
+    refused = toy.pytest("--research-stage=toy", "--rootdir", str(toy.root))
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    assert _snapshots(head) == before
+    started = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--research-stage=toy"],
+        cwd=toy.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        preexec_fn=terminal_signals,  # noqa: PLW1509 -- no threads here
+    )  # fmt: skip
+    for _ in range(600):  # until the session exists, then SIGTERM before the items run
+        if _snapshots(head) - before:
+            break
+        time.sleep(0.05)
+    started.send_signal(signal.SIGTERM)
+    started.wait(timeout=300)
+    assert _snapshots(head) == before
+    assert not ledger.is_spent(toy.root, RUN) or toy.layout(RUN).manifest.exists()
+
+
+def test_a_checkout_owned_by_another_user_is_a_clear_refusal(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("giving the checkout to another user needs root")
+    toy = _probe_repo(tmp_path / "p")
+    subprocess.run(["chown", "-R", "nobody", str(toy.root)], check=True)
+    try:
+        done = toy.pytest("--research-stage=toy")
+    finally:
+        subprocess.run(["chown", "-R", "root", str(toy.root)], check=True)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "safe.directory" in done.stderr, done.stderr

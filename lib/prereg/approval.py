@@ -384,7 +384,7 @@ def write_refusal(
             "run_id": run_id,
             "approval": None if approval is None else approval.path.relative_to(root).as_posix(),
             "refused_at": now.isoformat(timespec="seconds"),
-            "head": gitrepo.head_commit(root),
+            "head": gitrepo.resolve(root, "HEAD"),  # None when git cannot answer
             "refusals": [{"condition": r.condition, "message": r.message} for r in refusals],
         },
     )

@@ -69,6 +69,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from prereg.hashing import sha256_file
+from prereg.hermetic import PASSED_VARIABLES, foreign_variables
 
 PYC_SUFFIXES = (".pyc", ".pyo")
 # Every file name ending Python imports or the site module runs.
@@ -892,6 +893,9 @@ def record(root: Path, plugins: list[tuple[str, object]], snapshot=None) -> dict
         **{name: os.environ.get(name) for name in RECORDED_VARIABLES},
         "python_optimize": sys.flags.optimize,
         "argv": list(sys.argv),
+        "isolated": sys.flags.isolated,
+        "environment_names": sorted(os.environ),
+        "passed_variables": {n: os.environ[n] for n in PASSED_VARIABLES if n in os.environ},
         "sys_path": list(sys.path),
         "xdist_workers": worker_specs(plugins),
         "plugins": sorted(plugin_records, key=lambda p: p["name"]),
@@ -917,6 +921,18 @@ def recorded_problems(record: dict, committed_sha256) -> list[str]:
     ``committed_sha256(rel)`` is the SHA-256 of file ``rel`` at the source commit (None when
     the commit has no such file)."""
     found = []
+    if record.get("isolated") == 0:
+        found.append(
+            "the session did not run in isolated mode (python -I): it was not started by "
+            "`pytest --research-stage=NAME`, which starts it from a snapshot"
+        )
+    foreign = foreign_variables(record.get("environment_names") or ())
+    if foreign:
+        found.append(
+            f"the session's environment held {', '.join(foreign)}, which a session "
+            "started by `pytest --research-stage=NAME` never has (its environment is "
+            "allow-listed)"
+        )
     for name in RECORDED_VARIABLES:
         if record.get(name):
             found.append(

@@ -51,9 +51,22 @@ SESSION_VARIABLES = {
     "PYTHONNOUSERSITE": "1",
     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
 }
+# Caches libraries keep in the current folder, pointed beside the snapshot: variable -> folder.
+CACHE_VARIABLES = {"HYPOTHESIS_STORAGE_DIRECTORY": "hypothesis"}
 # Plugins a session never loads: they would write into the snapshot (.pytest_cache).
 BLOCKED_PLUGINS = ("cacheprovider", "stepwise")
 BOOT = "hermetic_boot.py"
+
+
+# Variables pytest and xdist set in a session's own environment while it runs.
+SET_BY_PYTEST = ("PYTEST_VERSION", "PYTEST_CURRENT_TEST")
+SET_BY_XDIST_PREFIX = "PYTEST_XDIST_"
+
+
+def foreign_variables(names) -> list[str]:
+    """The names in ``names`` that a session started by the launcher never has."""
+    own = {*PASSED_VARIABLES, *SESSION_VARIABLES, *CACHE_VARIABLES, *SET_BY_PYTEST}
+    return sorted(n for n in names if n not in own and not n.startswith(SET_BY_XDIST_PREFIX))
 
 
 def session_environment(folder: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -64,7 +77,7 @@ def session_environment(folder: Path, environ: dict[str, str] | None = None) -> 
     would otherwise write ``.hypothesis/`` into the snapshot and change its tree."""
     environ = os.environ if environ is None else environ
     kept = {name: environ[name] for name in PASSED_VARIABLES if name in environ}
-    caches = {"HYPOTHESIS_STORAGE_DIRECTORY": str(snapshot.scratch(folder) / "hypothesis")}
+    caches = {name: str(snapshot.scratch(folder) / sub) for name, sub in CACHE_VARIABLES.items()}
     return {**kept, **SESSION_VARIABLES, **caches}
 
 

@@ -4,11 +4,13 @@
 ``sys.path`` (the snapshot's ``lib`` when the project is prereg's own checkout; empty
 otherwise); ``ARGS`` are pytest's arguments. The script's own folder, which Python 3.9
 puts on ``sys.path`` although ``-I`` is given, is taken off first; debugger breakpoints
-refuse; standard input is already closed by the launcher. This file imports nothing of
-prereg: the plugin is loaded by pytest, from the snapshot.
+refuse; standard input is already closed by the launcher. Nothing of prereg is imported
+before pytest runs (the plugin is loaded by pytest, from the snapshot); when the session
+ends, however it ends, its snapshot folder is deleted.
 """
 
 import os
+import signal
 import sys
 
 
@@ -25,9 +27,27 @@ def main():
         del sys.path[0]
     sys.path[:0] = [entry for entry in sys.argv[1].split(os.pathsep) if entry]
     sys.breakpointhook = _no_debugger
+    args = sys.argv[2:]
+    # The session (not its clean listing) deletes its snapshot however it ends; a SIGTERM
+    # before the controller installs its own handlers ends it through that cleanup too.
+    session = not any(a.startswith("--prereg-list-items") for a in args)
+    if session and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_on_signal)
     import pytest
 
-    raise SystemExit(pytest.main(sys.argv[2:]))
+    try:
+        code = pytest.main(args)
+    finally:
+        if session:
+            from prereg import snapshot
+
+            if os.path.basename(os.getcwd()).startswith(snapshot.PREFIX):
+                snapshot.remove(os.getcwd())
+    raise SystemExit(code)
+
+
+def _exit_on_signal(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

@@ -207,30 +207,34 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     launcher = Controller(config, settings)
     launcher.check_gate()
     checkout = Path(gitrepo.toplevel(root))
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # a SIGTERM now leaves no snapshot
+        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         snapshot = snapshots.materialise(checkout, gitrepo.head_commit(checkout))
     except (snapshots.SnapshotError, gitrepo.GitError, OSError) as err:
         launcher.refuse([gate.Refusal("hermetic", f"the approved commit cannot be run: {err}")])
-    lock = launcher.approval.data.get("environment_lock") or {}
-    loaded, blocked = _entry_point_plugins(config, lock.get("distributions") or {})
-    argv = hermetic.command(
-        checkout=checkout,
-        folder=snapshot.folder,
-        args=list(config.invocation_params.args),
-        plugins=hermetic.plugin_arguments(loaded, blocked),
-        addopts=os.environ.get("PYTEST_ADDOPTS"),
-        pythonpath=os.environ.get("PYTHONPATH"),
-    )
-    capture = config.pluginmanager.getplugin("capturemanager")
-    if capture is not None:
-        capture.stop_global_capturing()
     try:
-        hermetic.exec_session(
+        lock = launcher.approval.data.get("environment_lock") or {}
+        loaded, blocked = _entry_point_plugins(config, lock.get("distributions") or {})
+        argv = hermetic.command(
+            checkout=checkout,
+            folder=snapshot.folder,
+            args=list(config.invocation_params.args),
+            plugins=hermetic.plugin_arguments(loaded, blocked),
+            addopts=os.environ.get("PYTEST_ADDOPTS"),
+            pythonpath=os.environ.get("PYTHONPATH"),
+        )
+        capture = config.pluginmanager.getplugin("capturemanager")
+        if capture is not None:
+            capture.stop_global_capturing()
+        hermetic.exec_session(  # the session resets SIGTERM and deletes the snapshot itself
             argv, cwd=snapshot.folder, env=hermetic.session_environment(snapshot.folder)
         )
-    except OSError as err:
+    except BaseException as err:
         snapshots.remove(snapshot.folder)
-        raise pytest.UsageError(f"the hermetic session could not start: {err}") from None
+        if isinstance(err, OSError):
+            raise pytest.UsageError(f"the hermetic session could not start: {err}") from None
+        raise
     return None  # not reached
 
 
@@ -537,18 +541,21 @@ class Controller:
         record = approvals.load_approval(Path(settings.approval_path))
         self.approval = record
         snapshot = None
-        if self.config.option.prereg_checkout:  # a session: its code must be a snapshot
-            snapshot = _proved_snapshot(self.root, self.code_root)
-        self.snapshot = snapshot
-        gathered = gate.gather(
-            self.root,
-            record.data,
-            record.path,
-            stage=settings.stage,
-            run_id_asked=self.config.option.prereg_run_id,
-            plugins=self.config.pluginmanager.list_name_plugin(),
-            snapshot=snapshot,
-        )
+        try:
+            if self.config.option.prereg_checkout:  # a session: its code must be a snapshot
+                snapshot = _proved_snapshot(self.root, self.code_root)
+            self.snapshot = snapshot
+            gathered = gate.gather(
+                self.root,
+                record.data,
+                record.path,
+                stage=settings.stage,
+                run_id_asked=self.config.option.prereg_run_id,
+                plugins=self.config.pluginmanager.list_name_plugin(),
+                snapshot=snapshot,
+            )
+        except gitrepo.GitError as err:
+            self.refuse([gate.Refusal("git", f"{err}. {GIT_FIX}")])
         self.refuse(gate.check(gathered.facts))
         return gathered
 
@@ -655,12 +662,6 @@ class Controller:
         progress.touch()
         self.saved_handlers = _install_signal_handlers()  # restored when the manifest is written
         self.reserve = manifest.reserve_space(self.root, record.run_id, len(self.expected))
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
-        """A hermetic session deletes its snapshot when it ends (the manifest names its tree)."""
-        if self.snapshot is not None and self.snapshot.tree != snapshots.NOT_A_SNAPSHOT:
-            snapshots.remove(self.code_root)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         log = self.layout.progress_log.relative_to(self.root)
@@ -1058,6 +1059,13 @@ class Controller:
             terminalreporter.write_line(
                 f"audit it: prereg audit {self.run_dir.relative_to(self.root)}"
             )
+
+
+GIT_FIX = (
+    "prereg reads git without the user's or the system's configuration, so a safe.directory "
+    "setting does not apply: run as the user who owns the checkout (or chown it), and make "
+    "sure its objects are intact (git fsck)"
+)
 
 
 def _proved_snapshot(checkout: Path, folder: Path) -> snapshots.Snapshot:
