@@ -394,3 +394,36 @@ def test_a_checkout_owned_by_another_user_is_a_clear_refusal(tmp_path):
         subprocess.run(["chown", "-R", "root", str(toy.root)], check=True)
     assert done.returncode == 4, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "safe.directory" in done.stderr, done.stderr
+
+
+VENDORED_AT_COLLECTION = """
+import sys
+import pytest
+
+pytestmark = pytest.mark.research_stage("toy")
+sys.path.insert(0, {vendor!r})
+import vend  # noqa: E402,F401  (imported while the module is collected, after the gate)
+
+
+@pytest.mark.parametrize("cell", [0, 1])
+def test_cell(cell, research):
+    research.coords(cell=cell)
+"""
+
+
+def test_code_a_stage_module_imports_from_outside_the_snapshot_at_collection_is_refused(tmp_path):
+    """An ignored vendor/ folder of the checkout, imported when the stage module is collected:
+    the execution check runs again after collection, before the run id is spent."""
+    spec = stage_spec("toy")
+    toy = make_toy_repo(tmp_path / "p", {"toy": spec})
+    vendor = toy.root / "vendor"
+    vendor.mkdir()
+    (vendor / "vend.py").write_text("VALUE = 'changed after approval'\n")
+    (toy.root / ".gitignore").write_text((toy.root / ".gitignore").read_text() + "vendor/\n")
+    (toy.root / spec["module"]).write_text(VENDORED_AT_COLLECTION.format(vendor=str(vendor)))
+    toy.commit("A stage that imports vendored code")
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "[execution] at collection" in done.stderr and "vend" in done.stderr, done.stderr
+    assert not ledger.is_spent(toy.root, RUN)

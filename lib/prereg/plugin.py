@@ -607,6 +607,11 @@ class Controller:
         if self.started:
             return
         self.refuse(self._worker_refusals())
+        # Collection imported the stage's modules and whatever they import: that code must be
+        # accounted for too, before the run id is spent.
+        plugins = self.config.pluginmanager.list_name_plugin()
+        problems = execution.problems(self.code_root, plugins, snapshot=self.snapshot)
+        self.refuse([gate.Refusal("execution", f"at collection: {p}") for p in problems])
         expected = self.listing.wait()
         if isinstance(expected, str):
             self.refuse([gate.Refusal("whole-stage", expected)])
