@@ -157,9 +157,10 @@ def test_breakpoint_in_an_item_refuses_instead_of_prompting(tmp_path):
 
 
 EVIL = """
-import prereg.gate, prereg.options
+import prereg.execution, prereg.gate, prereg.options
 prereg.gate.check = lambda *args, **kwargs: []
 prereg.options.refused_options = lambda *args, **kwargs: []
+prereg.execution.problems = lambda *args, **kwargs: []
 """
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -58,6 +59,10 @@ BLOCKED_PLUGINS = ("cacheprovider", "stepwise")
 BOOT = "hermetic_boot.py"
 
 
+# Set by the launcher when SIGTERM had its default action: it is ignored across the exec and
+# the boot turns it into a clean exit, so no moment is left where it kills with the snapshot
+# on disk.
+SIGTERM_HANDOFF = "PREREG_SIGTERM_HANDOFF"
 # Variables pytest and xdist set in a session's own environment while it runs.
 SET_BY_PYTEST = ("PYTEST_VERSION", "PYTEST_CURRENT_TEST")
 SET_BY_XDIST_PREFIX = "PYTEST_XDIST_"
@@ -66,6 +71,7 @@ SET_BY_XDIST_PREFIX = "PYTEST_XDIST_"
 def foreign_variables(names) -> list[str]:
     """The names in ``names`` that a session started by the launcher never has."""
     own = {*PASSED_VARIABLES, *SESSION_VARIABLES, *CACHE_VARIABLES, *SET_BY_PYTEST}
+    own.add(SIGTERM_HANDOFF)
     return sorted(n for n in names if n not in own and not n.startswith(SET_BY_XDIST_PREFIX))
 
 
@@ -143,8 +149,12 @@ def command(
     ]  # fmt: skip
 
 
-def exec_session(argv: list[str], *, cwd: Path, env: dict[str, str]) -> None:
-    """Replace this process with the session (standard input closed; never returns)."""
+def exec_session(argv: list[str], *, cwd: Path, env: dict[str, str], handoff: bool) -> None:
+    """Replace this process with the session (standard input closed; never returns).
+    ``handoff``: SIGTERM had its default action; it is ignored until the boot takes it."""
+    if handoff:
+        env = {**env, SIGTERM_HANDOFF: "1"}
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.stdout.flush()
     sys.stderr.flush()
     null = os.open(os.devnull, os.O_RDONLY)

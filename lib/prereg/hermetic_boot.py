@@ -31,11 +31,11 @@ def main():
     # The session (not its clean listing) deletes its snapshot however it ends; a SIGTERM
     # before the controller installs its own handlers ends it through that cleanup too.
     session = not any(a.startswith("--prereg-list-items") for a in args)
-    if session and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    if session and os.environ.get("PREREG_SIGTERM_HANDOFF") == "1":  # hermetic.SIGTERM_HANDOFF
         signal.signal(signal.SIGTERM, _exit_on_signal)
-    import pytest
-
     try:
+        import pytest
+
         code = pytest.main(args)
     finally:
         if session:

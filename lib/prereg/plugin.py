@@ -207,7 +207,8 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     launcher = Controller(config, settings)
     launcher.check_gate()
     checkout = Path(gitrepo.toplevel(root))
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # a SIGTERM now leaves no snapshot
+    handoff = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    if handoff:  # a SIGTERM from now on leaves no snapshot behind
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         snapshot = snapshots.materialise(checkout, gitrepo.head_commit(checkout))
@@ -228,7 +229,10 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         if capture is not None:
             capture.stop_global_capturing()
         hermetic.exec_session(  # the session resets SIGTERM and deletes the snapshot itself
-            argv, cwd=snapshot.folder, env=hermetic.session_environment(snapshot.folder)
+            argv,
+            cwd=snapshot.folder,
+            env=hermetic.session_environment(snapshot.folder),
+            handoff=handoff,
         )
     except BaseException as err:
         snapshots.remove(snapshot.folder)
