@@ -548,8 +548,7 @@ class _Audit:
                 "--research-stage=NAME` always records one)"
             )
         else:
-            with gitrepo.ObjectReader(self.root) as objects:
-                source_tree = objects.commit_tree(source)
+            source_tree = gitrepo.commit_tree(self.root, source)
             for key in ("tree", "tree_at_end"):
                 facts = gate.Facts(
                     stage=str(self.manifest.get("stage")),

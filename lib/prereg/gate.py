@@ -393,6 +393,9 @@ class Gathered:
 
     facts: Facts
     plan: object = None
+    # A session's recorded execution (prereg.execution.record), judged here and written into
+    # the manifest as it is, so the audit judges the very record the gate judged.
+    execution: dict | None = None
 
 
 def _unbound_kind(bound: dict, kind: str | None) -> list[str]:
@@ -402,11 +405,6 @@ def _unbound_kind(bound: dict, kind: str | None) -> list[str]:
     if not kind or kind in BUILT_IN_KINDS or kind == PLAIN.name:
         return []
     return registry.unbound_problems(bound, registry.STAGE_KINDS, kind)
-
-
-def _commit_tree(root: Path, commit: str) -> str:
-    with gitrepo.ObjectReader(root) as objects:
-        return objects.commit_tree(commit)
 
 
 def gather(
@@ -524,16 +522,18 @@ def gather(
             + _unbound_kind(record.get("extensions") or {}, spec.get("kind"))
         ),
     )
+    executed = None
     if snapshot is not None:
         code_files = Path(snapshot.folder)
+        executed = execution.record(code, plugins or [], snapshot=snapshot)
         recorded = execution.recorded_problems(
-            execution.record(code, plugins or [], snapshot=snapshot),
+            executed,
             lambda rel: sha256_file(code_files / rel) if rel in snapshot.blobs else None,
         )
         facts = replace(
             facts,
             snapshot_tree=snapshot.tree,
-            source_tree=_commit_tree(root, head),
+            source_tree=gitrepo.commit_tree(root, head),
             execution_problems=facts.execution_problems + tuple(recorded),
         )
-    return Gathered(facts=facts, plan=plan)
+    return Gathered(facts=facts, plan=plan, execution=executed)

@@ -292,6 +292,12 @@ def line_is_continuation(key: bytes) -> bool:
     return key == b""
 
 
+def commit_tree(root: Path, commit: str) -> str:
+    """The tree id commit ``commit`` records, read through the verified reader."""
+    with ObjectReader(root) as objects:
+        return objects.commit_tree(commit)
+
+
 def read_object(root: Path, oid: str) -> tuple[str, bytes]:
     """The type and bytes of object ``oid``, checked against its id (see :class:`ObjectReader`)."""
     with ObjectReader(root) as objects:

@@ -570,7 +570,7 @@ class Controller:
         self.session = session
         settings = self.settings
         gathered = self.check_gate()
-        self.execution = execution.record(
+        self.execution = gathered.execution or execution.record(
             self.code_root, self.config.pluginmanager.list_name_plugin(), snapshot=self.snapshot
         )
         from prereg.stages import load_kind
