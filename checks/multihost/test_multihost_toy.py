@@ -8,9 +8,13 @@ empty tmpfs: a worker that used the controller's path would find nothing there.
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -97,6 +101,17 @@ def test_a_stage_over_two_socket_hosts_equals_the_serial_run(tmp_path, hosts):
         assert "OMP_NUM_THREADS" in worker["thread_variables"]
     ran_by = {item["worker"] for item in manifest["items"]}
     assert ran_by <= {w["id"] for w in workers} and ran_by
+    # Each host ran from its own snapshot of the approved commit, deleted when it exited.
+    ran = manifest["environment"]["snapshot"]
+    for worker, host in zip(
+        sorted(workers, key=lambda w: w["spec"]), sorted((one, two), key=lambda h: h.spec)
+    ):
+        assert worker["remote"] is True
+        assert worker["snapshot"]["commit"] == ran["commit"]
+        assert worker["snapshot"]["tree"] == ran["tree"]
+        assert worker["snapshot"]["folder"] not in (ran["folder"], worker["checkout"])
+        host.process.wait(timeout=60)  # the socket server serves one connection, then exits
+        assert not Path(worker["snapshot"]["folder"]).exists()
     # Nothing was written into the hosts' clones: the outputs came back through xdist.
     for host in (one, two):
         assert not (host.clone / "runs").exists() or not any((host.clone / "runs").rglob("*.json"))
@@ -119,6 +134,58 @@ def test_a_stage_over_two_socket_hosts_equals_the_serial_run(tmp_path, hosts):
     here = {i["nodeid"]: i["outputs"] for i in manifest["items"]}
     there = {i["nodeid"]: i["outputs"] for i in toy.manifest(SERIAL)["items"]}
     assert here == there
+
+
+def test_a_worker_that_entered_its_snapshot_imports_nothing_from_its_checkout(tmp_path):
+    """After :func:`remote.enter`, the interpreter's folder, its ``sys.path`` entries inside
+    the checkout and a package already imported from the checkout all come from the
+    snapshot: an edit to the checkout after the proof changes nothing that runs."""
+    checkout, snap = tmp_path / "clone", tmp_path / "prereg-snapshot-x"
+    for top in (checkout, snap):
+        (top / "src" / "pkg").mkdir(parents=True)
+        (top / "src" / "pkg" / "__init__.py").write_text("WHERE = 'approved'\n")
+        (top / "tools").mkdir()
+    script = f"""
+import importlib.util, os, sys
+sys.path[:0] = [{str(checkout / "tools")!r}, {str(checkout / "nowhere")!r}]
+sys.meta_path.append(type("Finder", (), {{"find_spec": staticmethod(
+    lambda name, path=None, target=None: importlib.util.spec_from_file_location(
+        "pkg", {str(checkout / "src/pkg/__init__.py")!r}) if name == "pkg" else None)}}))
+import pkg
+assert pkg.WHERE == "approved"
+from prereg import remote
+remote.enter({str(checkout)!r}, {str(snap)!r})
+open({str(checkout / "src/pkg/__init__.py")!r}, "w").write("WHERE = 'edited'")
+import pkg
+print(pkg.WHERE, pkg.__file__, os.getcwd())
+print([p for p in sys.path if p.startswith({str(tmp_path)!r})])
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=checkout, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    first, second = done.stdout.splitlines()
+    assert first == f"approved {snap / 'src/pkg/__init__.py'} {snap}"
+    # "" (python -c: the current folder, the checkout) becomes the snapshot itself
+    assert ast.literal_eval(second) == [str(snap / "src"), str(snap / "tools"), str(snap)]
+    assert not snap.exists()  # deleted when the interpreter exited
+
+
+def test_a_host_whose_snapshot_cannot_be_written_or_differs_is_a_problem(tmp_path):
+    """A host's checkout passed, but its repository lacks the controller's commit, or its
+    objects give another tree: a problem (the run is refused) and no snapshot is left."""
+    toy = _toy(tmp_path)
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=toy.root, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    before = set(Path(tempfile.gettempdir()).glob("prereg-snapshot-*"))
+    state: dict = {}
+    (missing,) = remote._own_snapshot(toy.root, "f" * 40, "0" * 40, state)
+    assert "could not be written" in missing and "git fetch" in missing, missing
+    (other,) = remote._own_snapshot(toy.root, head, "0" * 40, state)
+    assert "the controller's " + "0" * 40 in other and "git fsck" in other, other
+    assert state == {} and os.getcwd() != str(toy.root)
+    assert set(Path(tempfile.gettempdir()).glob("prereg-snapshot-*")) == before
 
 
 def _refused(toy: ToyRepo, done: subprocess.CompletedProcess, *needles: str) -> str:

@@ -18,7 +18,13 @@ file system with the controller. So:
   byte-equal to the controller's (:func:`package_files`) and the stage kind must come from
   the same file; ``PYTEST_ADDOPTS`` and ``PYTEST_PLUGINS`` must equal the controller's.
   The controller refuses the run with condition ``worker`` before the run id is spent,
-  naming the worker, its spec and each difference. After pytest has loaded in the worker,
+  naming the worker, its spec and each difference.
+* **Its own snapshot.** A worker whose checkout passes writes a snapshot of the commit the
+  controller's session runs from its own git objects (each re-hashed), proves the
+  snapshot's tree id equals the controller's, and moves into it (:func:`enter`) before
+  xdist starts it: it collects and runs from the snapshot, so nothing done to its working
+  tree after the proof reaches the run. The manifest records each worker's ``snapshot``
+  (commit, tree, folder); the audit compares its tree with the source commit's. After pytest has loaded in the worker,
   the worker re-checks its loaded code before its first item (the research fixture); a
   failure there errors its items and the run ends ``incomplete`` naming the worker.
 * **Outputs through xdist's channel.** A remote worker writes an item's outputs into a
@@ -40,6 +46,7 @@ directly (an interrupted item's partial outputs stay visible there).
 
 from __future__ import annotations
 
+import atexit
 import base64
 import dataclasses
 import hashlib
@@ -49,9 +56,11 @@ import platform
 import shutil
 import socket
 import sys
+import tempfile
 from pathlib import Path, PurePosixPath
 
-from prereg import execution, gate, provenance
+from prereg import execution, gate, gitrepo, provenance
+from prereg import snapshot as snapshots
 from prereg.hashing import read_json
 
 # Bytes of one output file carried by one user property (base64 adds a third).
@@ -166,10 +175,17 @@ def prove(
     kind: dict,
     variables: dict[str, str | None],
     threads: int,
+    commit: str | None = None,
+    tree: str | None = None,
 ) -> dict:
     """Run in a remote worker's interpreter, in its checkout: its description and every
     way it differs from the approved state the controller passed (``problems``). The
-    stage's thread variables are set first, as the controller sets them for local workers."""
+    stage's thread variables are set first, as the controller sets them for local workers.
+
+    With the controller's snapshot ``commit`` and ``tree`` (a hermetic session), a worker
+    whose checkout passes writes its own snapshot of ``commit`` from its git objects,
+    proves its tree id equals ``tree`` and moves into it (:func:`enter`): the worker then
+    collects and runs from the snapshot, never from its working tree."""
     provenance.set_thread_environment(threads)
     state = describe()
     problems: list[str] = []
@@ -218,8 +234,71 @@ def prove(
                 f"{name} is {os.environ.get(name)!r} there, {value!r} on the controller: start "
                 "the worker with the controller's value"
             )
+    if commit is not None and not problems:
+        problems += _own_snapshot(top, commit, tree, state)
     state["problems"] = problems
     return state
+
+
+def _own_snapshot(top: Path, commit: str, tree: str | None, state: dict) -> list[str]:
+    """Write and prove this host's snapshot of ``commit``, record it in ``state`` and move
+    into it; the problems that stop that."""
+    try:
+        written = snapshots.materialise(top, commit)
+    except (snapshots.SnapshotError, gitrepo.GitError, OSError) as err:
+        problem = (
+            f"its snapshot of the approved commit {commit} could not be written from its "
+            f"repository ({err}): fetch that commit there (git fetch), or free space in "
+            f"{tempfile.gettempdir()}"
+        )
+        return [problem]
+    proved = snapshots.prove(written.folder, commit, gitrepo.object_format(top))
+    if proved.tree != tree:
+        snapshots.remove(written.folder)
+        problem = (
+            f"its snapshot of {commit} has tree {proved.tree}, the controller's {tree}: its "
+            "repository's objects differ from the controller's (git fsck there)"
+        )
+        return [problem]
+    state["snapshot"] = {"commit": commit, "tree": proved.tree, "folder": str(written.folder)}
+    enter(top, written.folder)
+    return []
+
+
+def enter(top: Path, folder: Path) -> None:
+    """Make this interpreter run from the snapshot ``folder`` of the checkout ``top``: the
+    current folder, every ``sys.path`` entry inside the checkout (translated to the same
+    place in the snapshot, dropped when the snapshot has none), and the modules already
+    loaded from the checkout (forgotten, so they load again from the snapshot). The
+    snapshot is deleted when the interpreter exits."""
+    top, folder = Path(top).resolve(), Path(folder)
+
+    def inside(path: str) -> Path | None:
+        try:
+            return Path(os.path.realpath(path or os.getcwd())).relative_to(top)
+        except ValueError:
+            return None
+
+    entries = []
+    for entry in sys.path:
+        rel = inside(entry)
+        if rel is None:
+            entries.append(entry)
+        elif (folder / rel).is_dir():
+            entries.append(str(folder / rel))
+    for name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None)
+        rel = inside(origin) if origin else None
+        if rel is None:
+            continue
+        del sys.modules[name]
+        if "." not in name:  # a top-level module found by a finder that is not sys.path's
+            home = str(folder / rel.parent.parent if rel.name == "__init__.py" else rel.parent)
+            if home not in entries:
+                entries.insert(0, home)
+    sys.path[:] = entries
+    os.chdir(folder)
+    atexit.register(snapshots.remove, folder)
 
 
 def run_on_gateway(gateway: object, source: str, payload: dict | None) -> dict:
