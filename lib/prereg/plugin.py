@@ -98,6 +98,7 @@ ITEM_RECORD = pytest.StashKey[dict]()
 PEAK = pytest.StashKey[provenance.PeakScope]()
 SHIPPED = pytest.StashKey[Path]()  # a remote worker's private output folder of an item
 PROVED_CHECKOUT = "prereg_proved_checkout"  # workerinput: the checkout a remote worker proved
+PROVED_SNAPSHOT = "prereg_proved_snapshot"  # workerinput: the snapshot it wrote and runs from
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -220,7 +221,10 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         argv = hermetic.command(
             checkout=checkout,
             folder=snapshot.folder,
-            args=list(config.invocation_params.args),
+            args=[
+                *config.invocation_params.args,
+                *hermetic.output_arguments(config.option, config.invocation_params.dir),
+            ],
             plugins=hermetic.plugin_arguments(loaded, blocked),
             addopts=os.environ.get("PYTEST_ADDOPTS"),
             pythonpath=os.environ.get("PYTHONPATH"),
@@ -269,8 +273,10 @@ def pytest_configure(config: pytest.Config) -> None:
         data = config.workerinput.get(PROPERTY)
         # Each worker's own checkout: a remote worker's differs from the controller's.
         settings = Settings(**{**data, "root": str(root)}) if data else Settings(root=str(root))
-        if settings.ship_outputs:
-            settings = Settings(**{**asdict(settings), "checkout": None})
+        if settings.ship_outputs:  # a remote worker: its own checkout, and its snapshot if any
+            ran_from = config.workerinput.get(PROVED_SNAPSHOT)
+            own = config.workerinput.get(PROVED_CHECKOUT) if ran_from else None
+            settings = Settings(**{**asdict(settings), "checkout": own})
         if settings.research:
             provenance.set_thread_environment(settings.threads)  # remote workers inherit none
     elif config.option.research_stage is None or config.option.help or config.option.version:
@@ -405,8 +411,10 @@ def _prereg_plan(request: pytest.FixtureRequest) -> dict:
     if sha256_file(path) != settings.plan_sha256:
         raise RuntimeError(f"{path} no longer matches the approved plan; the run is void")
     if hasattr(request.config, "workerinput"):  # a worker's own code, checked as the gate did
-        proved = request.config.workerinput.get(PROVED_CHECKOUT)
-        if proved and os.path.realpath(settings.root) != proved:
+        proved = request.config.workerinput.get(PROVED_SNAPSHOT) or request.config.workerinput.get(
+            PROVED_CHECKOUT
+        )
+        if proved and os.path.realpath(settings.root) != os.path.realpath(proved):
             raise RuntimeError(
                 f"worker {request.config.workerinput.get('workerid')} runs in {settings.root}, "
                 f"not in the checkout {proved} it proved before the run: give its --tx spec "
@@ -414,7 +422,7 @@ def _prereg_plan(request: pytest.FixtureRequest) -> dict:
             )
         plugins = request.config.pluginmanager.list_name_plugin()
         snapshot = None
-        if settings.checkout and not settings.ship_outputs:  # a worker of a hermetic session
+        if settings.checkout:  # a worker of a hermetic session (a remote one: its own snapshot)
             snapshot = snapshots.prove(
                 Path(settings.root), "", gitrepo.object_format(settings.project)
             )
@@ -692,7 +700,12 @@ class Controller:
         """Describe every gateway; a remote one also proves its state against the approval,
         in the interpreter that then runs the worker, before the run id is spent."""
         spec = gateway.spec
-        entry = {"id": gateway.id, "spec": remote.spec_text(spec), "problems": []}
+        entry = {
+            "id": gateway.id,
+            "spec": remote.spec_text(spec),
+            "remote": remote.is_remote(spec),
+            "problems": [],
+        }
         self.gateways[gateway.id] = entry
         try:
             if remote.is_remote(spec):
@@ -708,6 +721,11 @@ class Controller:
                         "kind": {"name": kind, **remote.kind_file(kind)},
                         "variables": {n: os.environ.get(n) for n in remote.LOADING_VARIABLES},
                         "threads": self.settings.threads,
+                        **(
+                            {"commit": self.snapshot.commit, "tree": self.snapshot.tree}
+                            if self.snapshot is not None
+                            else {}
+                        ),
                     },
                 )
             else:
@@ -735,7 +753,9 @@ class Controller:
         ship = remote.is_remote(node.gateway.spec)
         node.workerinput[PROPERTY] = asdict(self.settings) | {"ship_outputs": ship}
         if ship:
-            node.workerinput[PROVED_CHECKOUT] = self.gateways[node.gateway.id].get("checkout")
+            proved = self.gateways[node.gateway.id]
+            node.workerinput[PROVED_CHECKOUT] = proved.get("checkout")
+            node.workerinput[PROVED_SNAPSHOT] = (proved.get("snapshot") or {}).get("folder")
         self.workers += 1
 
     @pytest.hookimpl(optionalhook=True)
