@@ -593,3 +593,14 @@ def test_a_run_started_from_the_venv_console_scripts_passes_the_gate(toy):
         "--accept-deviations",
     )
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_a_tx_spec_beside_n_is_replaced_by_n_and_the_run_completes(toy, tmp_path):
+    """``-n 2`` replaces ``--tx popen//chdir=DIR`` (xdist's rule): both workers are popen
+    workers of the session's snapshot, and a worker does not judge the --tx it was given."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = toy.pytest("--research-stage=toy", "-n", "2", "--tx", f"popen//chdir={elsewhere}")
+    assert_runs(toy, done)
+    ran = toy.manifest(RUN)["environment"]
+    assert {w["checkout"] for w in ran["workers"]} == {ran["snapshot"]["folder"]}

@@ -428,3 +428,40 @@ def test_code_a_stage_module_imports_from_outside_the_snapshot_at_collection_is_
     assert done.returncode == 4, done.stdout + done.stderr
     assert "[execution] at collection" in done.stderr and "vend" in done.stderr, done.stderr
     assert not ledger.is_spent(toy.root, RUN)
+
+
+def test_relative_output_paths_typed_in_a_subfolder_land_outside_the_snapshot(tmp_path):
+    """Started in ``experiments/`` with a relative ``--basetemp`` and ``--debug`` file: the
+    files pytest writes land where they would without a snapshot (which is read-only)."""
+    toy = _probe_repo(tmp_path / "p")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--research-stage=toy",
+         "--basetemp=../../basetemp", "--debug=../../debug.log"],
+        cwd=toy.root / "experiments", capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert toy.manifest(RUN)["status"] == "complete"
+    assert snapshots.PREFIX in (tmp_path / "debug.log").read_text()  # the session wrote it
+    argv = toy.manifest(RUN)["environment"]["execution"]["argv"]
+    assert f"--basetemp={toy.root / 'experiments' / '../../basetemp'}" in argv, argv
+    assert not Path(toy.manifest(RUN)["environment"]["snapshot"]["folder"]).exists()
+    assert toy.audit(RUN).returncode == 0
+
+
+@given(
+    value=st.one_of(
+        st.none(),
+        st.booleans(),
+        st.lists(st.text("ab.", min_size=1, max_size=3), min_size=1, max_size=3).map("/".join),
+    ),
+    absolute=st.booleans(),
+)
+def test_only_relative_output_paths_are_resolved_against_the_launchers_folder(value, absolute):
+    if isinstance(value, str) and absolute:
+        value = "/" + value
+    option = type("Option", (), {"basetemp": value, "log_file": None, "debug": None})()
+    args = hermetic.output_arguments(option, Path("/launcher"))
+    if isinstance(value, str) and not absolute:
+        assert args == [f"--basetemp={Path('/launcher', value)}"]
+    else:
+        assert args == []

@@ -829,7 +829,9 @@ def problems(
     found += _module_problems(env, files)
     found += _installed_bytecode_problems(env, files)
     found += [] if worker else _main_problems()
-    found += _worker_problems(plugins)
+    # The controller judges the gateways it opens; a worker's own --tx (xdist's -n replaces
+    # the controller's, not the worker's) says nothing about where it runs.
+    found += [] if worker else _worker_problems(plugins)
     found += _path_problems(env)
     found += _pth_problems(env)
     for checkout in env.checkouts:

@@ -149,6 +149,22 @@ def command(
     ]  # fmt: skip
 
 
+# Options naming a file or folder pytest writes: a relative one would resolve in the
+# read-only snapshot, so the session is given it resolved against the launcher's folder.
+OUTPUT_OPTIONS = {"basetemp": "--basetemp", "log_file": "--log-file", "debug": "--debug"}
+
+
+def output_arguments(option: object, cwd: Path) -> list[str]:
+    """``--basetemp=/abs`` etc. for each output option of ``option`` (pytest's parsed
+    options) given as a relative path, resolved against ``cwd`` (given last, they win)."""
+    args = []
+    for dest, spelling in OUTPUT_OPTIONS.items():
+        value = getattr(option, dest, None)
+        if isinstance(value, (str, os.PathLike)) and not os.path.isabs(value):
+            args.append(f"{spelling}={Path(cwd, value)}")
+    return args
+
+
 def exec_session(argv: list[str], *, cwd: Path, env: dict[str, str], handoff: bool) -> None:
     """Replace this process with the session (standard input closed; never returns).
     ``handoff``: SIGTERM had its default action; it is ignored until the boot takes it."""
