@@ -1,4 +1,4 @@
-"""Issue 18, item 7: what a user gets from a wheel, end to end.
+"""What a user gets from a wheel, end to end.
 
 prereg is built as a wheel from the checkout's committed files (HEAD) and installed, with only its
 core dependencies (``-c constraints/main.txt``), into a fresh virtual environment outside
@@ -241,3 +241,46 @@ def test_a_plugin_installed_after_approval_is_refused_and_never_loads(venv, tmp_
     ok(run([venv / "bin" / "prereg", "audit", f"runs/{run_id}"], study, env))
     results = item_outputs(study, run_id)
     assert all(b'"x": [0, 0, 0]' not in data for data in results.values()), results
+
+
+LATE_IMPORT = """
+
+@pytest.fixture(autouse=True)
+def _helper_imported_by_each_item():
+    import helperlib  # an installed module first imported while an item runs
+
+    assert helperlib.VALUE == 1
+"""
+
+
+def test_an_installed_module_edited_in_place_and_imported_by_an_item_ends_the_run_incomplete(
+    venv, tmp_path
+):
+    """An installed package's file edited after approval behind RECORD's back (the lock binds
+    RECORD, which did not change), first imported while an item runs, after the gate and the
+    collection check: the execution condition judged again at the end names the file, the
+    run is incomplete, and the audit finds it."""
+    study = new_study(tmp_path / "work", venv)
+    env = user_env(venv)
+    (site,) = (venv / "lib").glob("python*/site-packages")
+    meta = fake_distribution(site, "helperlib", {"helperlib.py": "VALUE = 1\n"}, {})
+    module = study / stage_spec(STAGE)["module"]
+    try:
+        module.write_text(module.read_text() + LATE_IMPORT)
+        commit(study, env, "Items use helperlib")
+        run_id = f"{STAGE}-{time.strftime('%Y%m%d', time.gmtime())}-001"
+        ok(approve(study, venv, run_id))
+        commit(study, env, f"Approve {run_id}")
+        (site / "helperlib.py").write_text("VALUE = 1  # edited in place\n")
+        done = run([venv / "bin" / "pytest", f"--research-stage={STAGE}"], study, env)
+        assert done.returncode != 0, done.stdout + done.stderr
+        manifest = json.loads((study / "runs" / run_id / "manifest.json").read_text())
+        assert manifest["status"] == "incomplete", manifest["incomplete_reasons"]
+        (problem,) = manifest["environment"]["execution_at_end"]
+        assert "helperlib" in problem and str(site / "helperlib.py") in problem, problem
+        assert any("helperlib" in r for r in manifest["incomplete_reasons"])
+        audit = run([venv / "bin" / "prereg", "audit", f"runs/{run_id}"], study, env)
+        assert audit.returncode == 1 and "helperlib" in audit.stdout, audit.stdout
+    finally:
+        shutil.rmtree(meta)
+        (site / "helperlib.py").unlink()

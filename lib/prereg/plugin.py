@@ -97,6 +97,7 @@ SETTINGS = pytest.StashKey[Settings]()
 ITEM_RECORD = pytest.StashKey[dict]()
 PEAK = pytest.StashKey[provenance.PeakScope]()
 SHIPPED = pytest.StashKey[Path]()  # a remote worker's private output folder of an item
+CODE = pytest.StashKey[tuple]()  # a worker's code folder and the snapshot it proved
 PROVED_CHECKOUT = "prereg_proved_checkout"  # workerinput: the checkout a remote worker proved
 PROVED_SNAPSHOT = "prereg_proved_snapshot"  # workerinput: the snapshot it wrote and runs from
 
@@ -435,6 +436,7 @@ def _prereg_plan(request: pytest.FixtureRequest) -> dict:
                     f"{settings.snapshot_tree} ({', '.join(changed[:8])}): the snapshot changed, "
                     "or the worker was started elsewhere"
                 )
+        request.config.stash[CODE] = (Path(settings.root), snapshot)
         problems = execution.problems(Path(settings.root), plugins, worker=True, snapshot=snapshot)
         if problems:
             raise RuntimeError(
@@ -515,9 +517,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     if hasattr(config, "workeroutput") and config.stash[SETTINGS].research:
+        ran = config.stash.get(CODE, None)  # None: no item ran here
         config.workeroutput[PROPERTY] = {
             "packages_imported": provenance.imported_packages(),
+            "execution_at_end": [] if ran is None else _execution_at_end(config, *ran),
         }
+
+
+def _execution_at_end(config: pytest.Config, root: Path, snapshot) -> list[str]:
+    """The execution condition judged again when the items have run: code an item imported
+    (an installed module loaded late, a folder it put on sys.path) or a loaded file changed
+    during the run (an installed package edited in place) is named."""
+    plugins = config.pluginmanager.list_name_plugin()
+    worker = hasattr(config, "workeroutput")
+    try:
+        return execution.problems(root, plugins, worker=worker, snapshot=snapshot)
+    except Exception as err:  # noqa: BLE001 -- what could not be judged is itself a problem
+        return [f"the loaded code could not be judged: {manifest.describe(err)}"]
 
 
 # -- the controller ------------------------------------------------------------------------------
@@ -971,6 +987,12 @@ class Controller:
                 )
         if not items:
             reasons.append("the stage has no items")
+        at_end = self.execution_at_end()
+        if at_end:
+            reasons.append(
+                f"code the approval does not cover ran during the run ({len(at_end)} problem(s), "
+                f"see environment.execution_at_end): {at_end[0]}"
+            )
         snapshot = self.snapshot_record()
         if snapshot is not None and snapshot["tree_at_end"] != snapshot["tree"]:
             reasons.append(
@@ -978,6 +1000,18 @@ class Controller:
                 f"at the start, {snapshot['tree_at_end']} at the end): what ran is unknown"
             )
         return reasons
+
+    def execution_at_end(self) -> list[str]:
+        """The execution condition judged again after the items ran: in this process when it
+        ran them, and as each worker judged itself."""
+        if not hasattr(self, "_execution_at_end"):
+            found = [] if self.worker_data else _execution_at_end(
+                self.config, self.code_root, self.snapshot
+            )  # fmt: skip
+            for data in self.worker_data:
+                found += data.get("execution_at_end", [])
+            self._execution_at_end = list(dict.fromkeys(found))
+        return self._execution_at_end
 
     def snapshot_record(self) -> dict | None:
         """Which tree ran: the snapshot's tree proved at the gate and recomputed now."""
@@ -1022,6 +1056,7 @@ class Controller:
             env["workers"] = [self.gateways[k] for k in sorted(self.gateways)]
         if self.snapshot is not None:
             env["snapshot"] = self.snapshot_record()
+        env["execution_at_end"] = self.execution_at_end()
         start = read_json(self.layout.start, what="start record")
         return manifest.build_manifest(
             run_dir=self.run_dir,
