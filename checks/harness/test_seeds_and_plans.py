@@ -90,3 +90,25 @@ def test_a_wrongly_typed_field_is_refused(tmp_path):
     path = _plan(tmp_path, lambda p: p["stages"]["s"].update(threads_per_worker="one"))
     with pytest.raises(SchemaError, match=r"stages\.s\.threads_per_worker must be an integer"):
         load_plan(path)
+
+
+@given(
+    namespace=st.text(st.characters(exclude_categories=("Cs",)), max_size=6).filter(
+        lambda n: "/" in n or not n
+    )
+)
+def test_a_seed_namespace_no_item_could_derive_from_is_refused_at_load(tmp_path_factory, namespace):
+    """A namespace with '/' (or empty) passes the schema, but every item's seed derivation
+    would fail after the run id is spent: the plan is refused at load (prereg approve and the
+    gate load it), naming the field."""
+    path = _plan(
+        tmp_path_factory.mktemp("plan"), lambda p: p["stages"]["s"].update(seed_namespace=namespace)
+    )
+    with pytest.raises(SchemaError, match=r"stages\.s\.seed_namespace .* cannot start a seed"):
+        load_plan(path)
+
+
+def test_a_null_or_plain_seed_namespace_loads(tmp_path):
+    for namespace in (None, "toy-1.0"):
+        path = _plan(tmp_path, lambda p, n=namespace: p["stages"]["s"].update(seed_namespace=n))
+        assert load_plan(path).stage("s")["seed_namespace"] == namespace

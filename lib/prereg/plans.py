@@ -13,8 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prereg import seeds
 from prereg.hashing import read_json, sha256_file
-from prereg.schema import ANY, MapOf, Nullable, Optional, PositiveFloat, PositiveInt, validate
+from prereg.schema import (
+    ANY,
+    MapOf,
+    Nullable,
+    Optional,
+    PositiveFloat,
+    PositiveInt,
+    SchemaError,
+    validate,
+)
 
 ENVIRONMENT_PINS = {
     "python": str,
@@ -86,6 +96,17 @@ def load_plan(path: Path) -> Plan:
     path = Path(path)
     data: Any = read_json(path, what="plan")
     validate(data, PLAN_SCHEMA, source=str(path))
+    for name, spec in data["stages"].items():
+        namespace = spec["seed_namespace"]
+        if namespace is not None:
+            try:
+                seeds.derivation(namespace)
+            except seeds.SeedCoordinateError as err:
+                raise SchemaError(
+                    f"{path}: stages.{name}.seed_namespace {namespace!r} cannot start a seed "
+                    f"derivation ({err}); every item seeded from it would fail: choose a "
+                    "namespace without '/', e.g. the plan id and stage joined by '-'"
+                ) from None
     return Plan(path=path, sha256=sha256_file(path), data=data)
 
 
