@@ -272,6 +272,19 @@ def test_a_committed_symbolic_link_is_refused_and_nothing_is_left(tmp_path):
     assert after == before
 
 
+def test_approving_a_commit_that_holds_a_symbolic_link_is_refused(tmp_path):
+    """No run of such a commit could start (its snapshot holds regular files only), so
+    ``prereg approve`` refuses it, naming the link, before any record exists."""
+    toy = make_toy_repo(tmp_path / "p")
+    (toy.root / "experiments" / "shared.py").symlink_to("test_toy.py")
+    toy.commit("A link to the stage module")
+    done = toy.approve("toy", RUN, check=False)
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "[hermetic]" in done.stderr and "experiments/shared.py" in done.stderr, done.stderr
+    assert "is a symbolic link" in done.stderr
+    assert not (toy.root / "plans" / "approvals" / f"{RUN}.json").exists()
+
+
 def test_a_corrupt_object_stops_the_snapshot(tmp_path):
     """A blob's object file rewritten in place with other content under the same id."""
     import zlib

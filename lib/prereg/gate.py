@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from prereg import envlock, execution, gitrepo, ledger, provenance, registry
+from prereg import snapshot as snapshots
 from prereg.hashing import canonical_json, sha256_file
 
 
@@ -64,6 +65,7 @@ class Facts:
     source_tree: str | None = None
     environment_lock_now: dict | None = None  # envlock.lock() at the gate (None: not gathered)
     module_missing: str | None = None  # the stage's module path when no such file exists
+    irregular: tuple[str, ...] = ()  # why HEAD cannot be snapshot: links, submodules
 
     @property
     def run_id(self) -> str:
@@ -310,6 +312,12 @@ def hermetic(f: Facts) -> list[Refusal]:
     ]
 
 
+def regular_files(f: Facts) -> list[Refusal]:
+    """A run executes a snapshot of the commit's regular files: a commit with a link or a
+    submodule could never run, so it is refused at approval already."""
+    return [Refusal("hermetic", why) for why in f.irregular]
+
+
 def inputs(f: Facts) -> list[Refusal]:
     if not f.input_problems:
         return []
@@ -330,6 +338,7 @@ RUN_CONDITIONS: tuple[Condition, ...] = (
     environment,
     environment_lock,
     stage_module,
+    regular_files,
     hermetic,
     executed_code,
     extensions,
@@ -338,6 +347,7 @@ RUN_CONDITIONS: tuple[Condition, ...] = (
 APPROVE_CONDITIONS: tuple[Condition, ...] = (
     baseline,
     stage_module,
+    regular_files,
     clean_tree,
     git_history,
     own_package,
@@ -434,8 +444,12 @@ def gather(
     try:
         history = tuple(gitrepo.history_problems(root))
         dirty = tuple(gitrepo.dirty_paths(root))
+        irregular = tuple(
+            snapshots.irregular_entry(rel, mode, head)
+            for rel, mode in (gitrepo.irregular_entries(root, head) if head else ())
+        )
     except gitrepo.GitError as err:  # a corrupt object: refuse, do not crash
-        history, dirty = (f"git cannot read {root}'s objects intact: {err}",), ()
+        history, dirty, irregular = (f"git cannot read {root}'s objects intact: {err}",), (), ()
     code = Path(snapshot.folder) if snapshot is not None else root
     plan_file = code / record["plan"]["path"]
     plan, plan_problem, plan_sha = None, None, None
@@ -512,6 +526,7 @@ def gather(
         execution_problems=tuple(execution.problems(code, plugins or [], snapshot=snapshot)),
         input_problems=tuple(problems),
         environment_lock_now=None if at_approval else envlock.lock(),
+        irregular=irregular,
         module_missing=(
             spec["module"] if spec.get("module") and not (code / spec["module"]).is_file() else None
         ),

@@ -448,6 +448,19 @@ def _submodule_changed(folder: Path, recorded: str) -> bool:
     return resolve(folder, "HEAD") != recorded or bool(dirty_paths(folder))
 
 
+REGULAR_FILE_MODES = ("100644", "100755")
+
+
+def irregular_entries(root: Path, commit: str) -> list[tuple[str, str]]:
+    """``commit``'s entries that are not regular files (symbolic links ``120000``,
+    submodules ``160000``): path and mode, read through the verified object reader."""
+    with ObjectReader(root) as objects:
+        files = objects.tree_files(objects.commit_tree(commit))
+    return sorted(
+        (rel, mode) for rel, (mode, _oid) in files.items() if mode not in REGULAR_FILE_MODES
+    )
+
+
 def dirty_paths(root: Path) -> list[str]:
     """Paths where the working tree or the index differs from HEAD, and untracked files
     git does not ignore.

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from prereg import gitrepo
 
-FILE_MODES = {"100644": 0o444, "100755": 0o555}
+FILE_MODES = dict(zip(gitrepo.REGULAR_FILE_MODES, (0o444, 0o555)))
 TREE_MODE = "40000"
 NOT_A_SNAPSHOT = "(not a snapshot folder)"
 PREFIX = "prereg-snapshot-"
@@ -67,18 +67,22 @@ def materialise(root: Path, commit: str, parent: Path | None = None) -> Snapshot
                         path.chmod(FILE_MODES[mode])
                         blobs[rel] = entry_oid
                     else:
-                        what = {"120000": "a symbolic link", "160000": "a submodule"}
-                        raise SnapshotError(
-                            f"{rel} at commit {commit[:12]} is {what.get(mode, f'mode {mode}')}; "
-                            "a hermetic run executes regular committed files only: commit the "
-                            "file itself instead"
-                        )
+                        raise SnapshotError(irregular_entry(rel, mode, commit))
         for path in reversed(folders):
             path.chmod(0o555)
     except BaseException:
         remove(folder)
         raise
     return Snapshot(folder=folder, commit=commit, tree=tree, blobs=blobs)
+
+
+def irregular_entry(rel: str, mode: str, commit: str) -> str:
+    """Why a commit holding ``rel`` with git mode ``mode`` cannot be a snapshot."""
+    what = {"120000": "a symbolic link", "160000": "a submodule"}.get(mode, f"mode {mode}")
+    return (
+        f"{rel} at commit {commit[:12]} is {what}; a hermetic run executes regular committed "
+        "files only: commit the file itself instead"
+    )
 
 
 def _check_name(name: str, rel: str) -> None:
