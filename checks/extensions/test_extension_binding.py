@@ -89,14 +89,16 @@ def test_a_reinstalled_or_removed_package_is_refused_by_the_gate(site, version, 
 
 
 def _audit_of(tmp_path, approval: dict, manifest_extensions: dict | None):
-    from prereg.audit import _Audit
+    from prereg.audit import Evidence, check_extensions
 
-    audit = _Audit(tmp_path, tmp_path / "runs" / "toy-20261201-001")
-    audit.approval = approval
     env = {} if manifest_extensions is None else {"extensions": manifest_extensions}
-    audit.manifest = {"environment": env}
-    audit.check_extensions()
-    return audit.findings
+    evidence = Evidence(
+        root=tmp_path,
+        run_dir=tmp_path / "runs" / "toy-20261201-001",
+        approval=approval,
+        manifest={"environment": env},
+    )
+    return check_extensions(evidence)
 
 
 def test_the_audit_compares_the_runs_extensions_with_the_approvals(tmp_path, site):

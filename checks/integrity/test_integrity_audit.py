@@ -716,3 +716,219 @@ def test_the_installed_extensions_the_controller_loaded_reach_the_manifest_and_t
     assert describe_extensions({}) == [
         "extensions: none installed were loaded (built-in code only)"
     ]
+
+
+# -- the checks are functions of the evidence ------------------------------------------------------
+
+
+def _all_findings(evidence) -> list[str]:
+    from prereg.audit import CHECKS
+
+    return [finding for check in CHECKS for finding in check(evidence)]
+
+
+def test_the_checks_read_only_the_evidence_gathered_once(honest, tmp_path):
+    """Gathered once, the evidence is all the checks see: with the repository and the run
+    folder gone afterwards, every check gives the same findings, and none can change it."""
+    import dataclasses
+
+    from prereg.audit import Evidence, audit_run, could_not_audit, gather
+
+    toy = clone(honest, tmp_path)
+    _edit_manifest(toy, lambda m: m.update(seed_namespace="toy-2.0"))
+    evidence = gather(toy.root, toy.run_dir(RUN))
+    assert isinstance(evidence, Evidence) and could_not_audit(evidence) == []
+    findings = _all_findings(evidence)
+    assert list(audit_run(toy.root, toy.run_dir(RUN), replay=False)) == findings
+    assert any('field seed_namespace is "toy-2.0"' in f for f in findings), findings
+    assert any("differs from its record in git" in f for f in findings), findings
+    shutil.rmtree(toy.root)
+    assert _all_findings(evidence) == findings
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        evidence.manifest = {}  # type: ignore[misc]
+
+
+def test_a_gathering_step_that_stops_is_a_blocker_naming_it_and_no_finding(honest, monkeypatch):
+    from prereg import audit, gitrepo
+
+    def broken(root, commit):
+        raise RuntimeError("the object reader broke")
+
+    monkeypatch.setattr(gitrepo, "commit_tree", broken)
+    result = audit.audit_run(honest.root, honest.run_dir(RUN), replay=False)
+    assert result.verdict == "could not audit" and result.findings == (), result.findings
+    (blocker,) = result.blockers
+    assert blocker.startswith("gathering the source commit's tree stopped on an unexpected "), (
+        blocker
+    )
+    assert "RuntimeError: the object reader broke (at " in blocker, blocker
+
+
+def test_a_check_that_stops_is_a_blocker_naming_it(honest, monkeypatch):
+    from prereg import audit
+
+    def check_broken(evidence):
+        return evidence.no_such_field
+
+    monkeypatch.setattr(audit, "CHECKS", (*audit.CHECKS, check_broken))
+    result = audit.audit_run(honest.root, honest.run_dir(RUN))
+    assert result.verdict == "could not audit" and not result.replayed
+    (blocker,) = result.blockers
+    assert blocker.startswith("check_broken stopped on an unexpected error (please report it): ")
+    assert "AttributeError" in blocker and "no_such_field" in blocker, blocker
+
+
+def test_a_run_file_that_cannot_be_read_is_a_blocker_not_a_missing_file(honest, monkeypatch):
+    from prereg import audit
+
+    real = audit.hash_entry
+
+    def hash_entry(root, rel):
+        if rel == "junit.xml":
+            raise PermissionError(13, "Permission denied", rel)
+        return real(root, rel)
+
+    monkeypatch.setattr(audit, "hash_entry", hash_entry)
+    result = audit.audit_run(honest.root, honest.run_dir(RUN), replay=False)
+    assert result.findings == (), result.findings
+    (blocker,) = result.blockers
+    assert blocker.startswith("junit.xml in the run folder cannot be read ([Errno 13] Permission")
+    assert "make it readable (chmod u+r) and audit again" in blocker
+
+
+# -- remote workers of a hermetic run ----------------------------------------------------------
+
+
+REMOTE_SPEC = "socket=192.0.2.7:8888"
+
+
+def _with_workers(evidence, workers: list):
+    from dataclasses import replace
+
+    manifest = json.loads(json.dumps(evidence.manifest))
+    manifest["environment"]["workers"] = workers
+    return replace(evidence, manifest=manifest)
+
+
+@pytest.fixture(scope="module")
+def parallel_evidence(honest):
+    """The evidence of the honest ``-n 2`` run, and its source commit and that commit's tree."""
+    from prereg import gitrepo
+    from prereg.audit import gather
+
+    evidence = gather(honest.root, honest.run_dir(PARALLEL))
+    source = evidence.source_commit
+    return evidence, source, gitrepo.commit_tree(honest.root, source)
+
+
+def test_local_workers_of_an_honest_hermetic_run_give_no_worker_finding(parallel_evidence):
+    from prereg.audit import check_workers
+
+    evidence, _, _ = parallel_evidence
+    workers = evidence.manifest["environment"]["workers"]
+    assert [(w["spec"], w["remote"]) for w in workers] == [("popen", False)] * 2
+    assert check_workers(evidence) == []
+
+
+def test_a_remote_worker_without_a_snapshot_of_its_own_is_a_finding(parallel_evidence):
+    from prereg.audit import check_workers
+
+    evidence, source, _ = parallel_evidence
+    local = evidence.manifest["environment"]["workers"][0]
+    remote = dict(local, id="gw2", spec=REMOTE_SPEC, remote=True, checkout="/srv/toy")
+    (finding,) = check_workers(_with_workers(evidence, [local, remote]))
+    assert finding.startswith(
+        f"manifest.json: environment.workers[1]: worker gw2 (--tx {REMOTE_SPEC}) records no "
+        "snapshot of its own: it ran from its working tree"
+    ), finding
+    assert source[:12] in finding
+    # A popen worker recorded remote (it runs in another folder) is checked as well.
+    (finding,) = check_workers(_with_workers(evidence, [dict(local, remote=True)]))
+    assert "worker gw0 (--tx popen) records no snapshot of its own" in finding, finding
+
+
+def test_a_remote_worker_that_ran_another_tree_or_commit_is_a_finding(parallel_evidence):
+    from prereg.audit import check_workers
+
+    evidence, source, tree = parallel_evidence
+    remote = {"id": "gw0", "spec": REMOTE_SPEC, "problems": []}
+    honest = dict(remote, snapshot={"commit": source, "tree": tree})
+    assert check_workers(_with_workers(evidence, [honest])) == []
+    other = "f" * 40
+    (finding,) = check_workers(
+        _with_workers(evidence, [dict(remote, snapshot={"commit": source, "tree": other})])
+    )
+    assert (
+        f"worker gw0 (--tx {REMOTE_SPEC}): ran from tree {other}, not the approved "
+        f"commit's tree {tree}"
+    ) in finding, finding
+    (finding,) = check_workers(
+        _with_workers(evidence, [dict(remote, snapshot={"commit": other, "tree": tree})])
+    )
+    assert f"ran from a snapshot of commit {other}, not the approved commit {source}" in finding
+
+
+def test_remote_workers_of_a_run_that_records_no_snapshot_are_not_judged_again(parallel_evidence):
+    """Without environment.snapshot the run was not hermetic: check_execution names that."""
+    from dataclasses import replace
+
+    from prereg.audit import check_execution, check_workers
+
+    evidence, _, _ = parallel_evidence
+    remote = _with_workers(evidence, [{"id": "gw0", "spec": REMOTE_SPEC}])
+    manifest = json.loads(json.dumps(remote.manifest))
+    del manifest["environment"]["snapshot"]
+    bare = replace(remote, manifest=manifest)
+    assert check_workers(bare) == []
+    assert any("environment.snapshot is missing" in f for f in check_execution(bare))
+
+
+def test_a_remote_worker_edited_into_a_manifest_is_an_audit_finding(honest, tmp_path):
+    toy = clone(honest, tmp_path)
+    run = toy.run_dir(PARALLEL)
+    manifest = read(run)
+    manifest["environment"]["workers"][1].update(spec=REMOTE_SPEC, remote=True)
+    write_json(run / "manifest.json", manifest)
+    assert_finding(
+        audit(toy, PARALLEL),
+        f"manifest.json: environment.workers[1]: worker gw1 (--tx {REMOTE_SPEC}) records no "
+        "snapshot of its own",
+        "manifest.json differs from its record in git",
+    )
+
+
+worker_entries = st.fixed_dictionaries(
+    {"id": st.text(max_size=4)},
+    optional={
+        "spec": st.sampled_from(["popen", "popen//chdir=/x", REMOTE_SPEC, "ssh=h//python=p"])
+        | json_values,
+        "remote": json_values,
+        "snapshot": json_values
+        | st.fixed_dictionaries({}, optional={"commit": json_values, "tree": json_values}),
+    },
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(workers=st.lists(worker_entries | json_values, max_size=4))
+def test_property_a_finding_for_each_remote_worker_not_proven_on_the_approved_tree(
+    parallel_evidence, workers
+):
+    from prereg.audit import check_workers
+
+    evidence, source, tree = parallel_evidence
+    found = check_workers(_with_workers(evidence, workers))
+    assert all(isinstance(f, str) and f.startswith("manifest.json: ") for f in found)
+    for index, worker in enumerate(workers):
+        mine = [f for f in found if f.startswith(f"manifest.json: environment.workers[{index}]")]
+        if not isinstance(worker, dict):
+            assert len(mine) == 1 and "not a worker record" in mine[0]
+            continue
+        spec = worker.get("spec")
+        local = worker.get("remote") is not True and spec == "popen"
+        snapshot = worker.get("snapshot")
+        proven = isinstance(snapshot, dict) and (snapshot.get("commit"), snapshot.get("tree")) == (
+            source,
+            tree,
+        )
+        assert (mine == []) == (local or proven), (worker, mine)

@@ -87,7 +87,7 @@ def test_the_audit_finds_a_stage_kind_the_approval_does_not_bind(tmp_path):
     stage kind came from an installed package, the approval binds none."""
     from types import SimpleNamespace
 
-    from prereg.audit import _Audit
+    from prereg.audit import Evidence, check_extensions, check_unbound_kind
 
     origin = {
         "distribution": "toykind 1.0",
@@ -98,16 +98,17 @@ def test_the_audit_finds_a_stage_kind_the_approval_does_not_bind(tmp_path):
     plan = SimpleNamespace(stages={"toy": {}}, stage=lambda name: {"kind": "toy.kind"})
 
     def findings(approval: dict) -> list[str]:
-        audit = _Audit(tmp_path, tmp_path / "runs" / "toy-20261201-001")
-        audit.approval = approval
-        audit.manifest = {
-            "stage": "toy",
-            "environment": {"extensions": {"prereg.stage_kinds": {"toy.kind": origin}}},
-        }
-        audit.plan_at_source = lambda: plan
-        audit.check_extensions()
-        audit.check_unbound_kind()
-        return audit.findings
+        evidence = Evidence(
+            root=tmp_path,
+            run_dir=tmp_path / "runs" / "toy-20261201-001",
+            approval=approval,
+            manifest={
+                "stage": "toy",
+                "environment": {"extensions": {"prereg.stage_kinds": {"toy.kind": origin}}},
+            },
+            plan=plan,
+        )
+        return check_extensions(evidence) + check_unbound_kind(evidence)
 
     assert findings({"extensions": {"prereg.stage_kinds": {"toy.kind": origin}}}) == []
     (finding,) = findings({})
