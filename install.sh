@@ -64,14 +64,32 @@ if ! command -v git >/dev/null; then
   if as_root_with_apt; then apt-get update -qq && apt-get install -y -qq git >/dev/null; else
     echo "install.sh: git is required (apt-get install git)" >&2; exit 1; fi
 fi
-# Debian's Chromium renders the HTML reports in the browser checks; without it they skip.
-if [ ! -x /usr/bin/chromium ]; then
-  if as_root_with_apt; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-  else
-    echo "install.sh: note: /usr/bin/chromium is absent; the report browser checks will skip (apt-get install chromium)"
+# Debian's Chromium (at $1) renders the HTML reports in the browser checks; without it they
+# skip. It is optional, so an apt that cannot install it (locked by another apt or dpkg, no
+# network) is a warning and the install goes on.
+install_chromium() {
+  local browser=$1 log
+  [ -x "$browser" ] && return 0
+  if ! as_root_with_apt; then
+    echo "install.sh: note: $browser is absent; the report browser checks will skip (apt-get install chromium)"
+    return 0
   fi
-fi
+  log=$(mktemp)
+  if apt-get update -qq >>"$log" 2>&1 &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >>"$log" 2>&1; then
+    rm -f "$log"
+    return 0
+  fi
+  {
+    echo "install.sh: warning: apt-get could not install chromium (optional; the install goes on):"
+    sed 's/^/  /' "$log" | tail -n 5
+    echo "  The report browser checks will skip until $browser exists; when apt is free (no other"
+    echo "  apt or dpkg holds /var/lib/dpkg/lock-frontend), run: apt-get install -y chromium"
+  } >&2
+  rm -f "$log"
+  return 0
+}
+install_chromium /usr/bin/chromium
 
 if [ "$pinned" = 0 ]; then
   "$py" -m pip install --quiet torch==2.13.0

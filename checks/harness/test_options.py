@@ -277,7 +277,9 @@ def test_a_refused_option_among_harmless_ones_is_the_one_named(real, chosen, bad
 
 def test_the_refusal_names_every_option_and_the_fix(real):
     message = options.refusal_message("toy", real.refused(["--co", "-k", "x", "--pdb"]))
-    assert "research stage toy refused before its run id was spent" in message
+    assert (
+        "research stage toy refused before any item ran (this refusal spent no run id)" in message
+    )
     for phrase in (
         "--co collects",
         "-k selects",

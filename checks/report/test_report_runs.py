@@ -175,7 +175,9 @@ def test_runs_lists_every_run_and_refusal_with_its_audit_verdict(toy_runs):
         "not audited"
     }
     text = toy_runs.prereg("runs").stdout
-    assert re.search(rf"calibration\s+{COMPLETE}\s+complete\s+\S+\s+[0-9.]+\s+clean", text), text
+    assert re.search(
+        rf"calibration\s+{COMPLETE}\s+complete\s+\S+\s+[0-9.]+\s+(\d+) of \1 passed\s+clean", text
+    ), text
 
 
 def test_a_tampered_run_shows_its_audit_findings(toy_runs, tmp_path):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -217,14 +219,16 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     if not rows:
         print("no runs under runs/")
+    width = max([len("items"), *(len(r["outcome"]) for r in rows)])
     print(
-        f"{'stage':<20} {'run id':<34} {'status':<12} {'when (UTC)':<30} {'elapsed (s)':>11}  audit"
+        f"{'stage':<20} {'run id':<34} {'status':<12} {'when (UTC)':<30} {'elapsed (s)':>11}  "
+        f"{'items':<{width}}  audit of the records"
     )
     for r in rows:
         elapsed = "-" if r["elapsed_seconds"] is None else f"{r['elapsed_seconds']:.1f}"
         print(
             f"{r['stage'] or '?':<20} {r['run_id']:<34} {r['status']:<12} {r['when'] or '-':<30} "
-            f"{elapsed:>11}  {r['audit']}"
+            f"{elapsed:>11}  {r['outcome']:<{width}}  {r['audit']}"
         )
     return 0
 
@@ -340,7 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.set_defaults(func=cmd_audit)
 
     runs = sub.add_parser(
-        "runs", help="list the runs and refusals under runs/ with status, elapsed and audit verdict"
+        "runs",
+        help="list the runs and refusals under runs/: status, elapsed, the items' outcome and "
+        "the audit verdict of the records",
     )
     runs.add_argument("--json", action="store_true", help="one JSON list, for scripts")
     runs.add_argument(
@@ -382,9 +388,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The exit status of a command whose reader closed the pipe (``prereg runs | head``): a
+# shell reports 128 + SIGPIPE for a process SIGPIPE ended.
+CLOSED_PIPE_EXIT = 128 + signal.SIGPIPE
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    """Run one ``prereg`` command; a reader that stops reading (``| head``) ends it quietly
+    with :data:`CLOSED_PIPE_EXIT`, without a traceback."""
+    try:
+        args = build_parser().parse_args(argv)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # Python flushes standard output once more at exit: point it at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return CLOSED_PIPE_EXIT
 
 
 if __name__ == "__main__":

@@ -306,8 +306,8 @@ def typed_spelling(spellings: Sequence[str], typed: Sequence[str]) -> str:
 def refusal_message(stage: str, refused: Sequence[str]) -> str:
     """The usage error of a research run refused for its options: each of them and the fix."""
     return (
-        f"research stage {stage} refused before its run id was spent: a research stage runs "
-        "whole, once, and only its approved code runs inside it, so:\n  "
+        f"research stage {stage} refused before any item ran (this refusal spent no run id): a "
+        "research stage runs whole, once, and only its approved code runs inside it, so:\n  "
         + "\n  ".join(refused)
         + "\n"
         + allowed_summary(stage)

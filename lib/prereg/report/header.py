@@ -285,14 +285,30 @@ def audit_section(verdict: AuditVerdict) -> str:
     return h.section("Audit", "\n".join(body), section_id="audit")
 
 
+SPENT_CONDITION = "run-id-unused"  # prereg.gate.run_id_unused
+
+
+def refusal_note(refusals: list[dict]) -> str:
+    """What a refusal page says of the run id and the fix; it never calls a run id unspent
+    when the refusal is that an earlier run spent it (condition run-id-unused)."""
+    conditions = {r.get("condition") for r in refusals if isinstance(r, dict)}
+    if SPENT_CONDITION in conditions:
+        return (
+            "The gate refused this run before any item ran; the refusal itself spent nothing. "
+            f"Condition {SPENT_CONDITION}: an earlier run spent this run id, or a folder "
+            "runs/<run-id>/ is in the way; its message says which. A spent run id never runs "
+            "again: approve a new run id."
+        )
+    return (
+        "The gate refused this run before any item ran; the run id was not spent. Fix the "
+        "named condition and run again under the same approval."
+    )
+
+
 def refusal_section(record: RunRecord) -> str:
     data = record.refusal or {}
     body = [
-        h.paragraph(
-            "The gate refused this run before any item ran; the run id was not spent. Fix the "
-            "named condition and run again under the same approval.",
-            css="note",
-        ),
+        h.paragraph(refusal_note(data.get("refusals") or []), css="note"),
         h.key_values(
             [
                 ("stage", data.get("stage")),

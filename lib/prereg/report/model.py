@@ -227,6 +227,31 @@ def missing_items(record: RunRecord) -> Missing:
     return Missing(expected, len(present), passed, not_passed)
 
 
+def outcome_summary(record: RunRecord) -> str:
+    """The items' outcome in a few words (``3 of 4 passed; 1 failed``), beside the audit's
+    verdict, which judges the records and not the items: a run whose items all failed can
+    audit clean."""
+    if record.status == REFUSED:
+        return "no item ran"
+    if record.status == NO_FOLDER:
+        return "no item record (no run folder)"
+    counts: dict[str, int] = {}
+    for item in record.items:
+        outcome = str(item.get("outcome", "no outcome"))
+        counts[outcome] = counts.get(outcome, 0) + 1
+    passed = counts.pop("passed", 0)
+    expected = (record.manifest or {}).get("expected_items")
+    if isinstance(expected, int) and not isinstance(expected, bool):
+        text = f"{passed} of {expected} passed"
+        recorded = passed + sum(counts.values())
+        if expected > recorded:
+            counts["no record"] = counts.get("no record", 0) + expected - recorded
+    else:
+        text = f"{passed} of {len(record.items)} recorded passed (expected count unknown)"
+    others = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+    return f"{text}; {others}" if others else text
+
+
 def plan_at_run(root: Path, record: RunRecord) -> tuple[dict | None, str]:
     """The plan as it was at the run's source commit, and where it was read from.
 

@@ -20,6 +20,7 @@ from prereg.report.model import (
     RunRecord,
     folderless_runs,
     load_run,
+    outcome_summary,
     plan_at_run,
     refusals,
 )
@@ -146,7 +147,8 @@ def every_run(root: Path) -> list[RunRecord]:
 
 
 def index_rows(root: Path, records: list[RunRecord], *, audit: str = "cached") -> list[dict]:
-    """One row per run or refusal: stage, run id, status, when, elapsed, audit verdict."""
+    """One row per run or refusal: stage, run id, status, when, elapsed, the items' outcome
+    and the audit verdict (of the records: a clean audit says nothing of the outcome)."""
     rows = []
     for record in records:
         if record.status == NO_MANIFEST and audit != "none":
@@ -161,6 +163,7 @@ def index_rows(root: Path, records: list[RunRecord], *, audit: str = "cached") -
                 "when": record.when,
                 "elapsed_seconds": record.elapsed_seconds,
                 "budget_seconds": (record.manifest or {}).get("budget", {}).get("seconds"),
+                "outcome": outcome_summary(record),
                 "audit": verdict.verdict,
                 "audit_findings": list(verdict.findings),
                 "path": str(record.path),
@@ -173,7 +176,16 @@ def index_rows(root: Path, records: list[RunRecord], *, audit: str = "cached") -
 def render_index(rows: list[dict], *, now: str | None = None) -> str:
     generated = now or datetime.now(timezone.utc).isoformat(timespec="seconds")
     table = h.table(
-        ["stage", "run id", "status", "when (UTC)", "elapsed (s)", "budget (s)", "audit"],
+        [
+            "stage",
+            "run id",
+            "status",
+            "when (UTC)",
+            "elapsed (s)",
+            "budget (s)",
+            "items",
+            "audit of the records",
+        ],
         [
             [
                 r["stage"],
@@ -186,12 +198,17 @@ def render_index(rows: list[dict], *, now: str | None = None) -> str:
                 r["when"],
                 r["elapsed_seconds"],
                 r["budget_seconds"],
+                r["outcome"],
                 r["audit"],
             ]
             for r in rows
         ],
     )
-    body = f"<h1>Runs</h1>\n<p>{len(rows)} run(s) and refusal(s) under runs/.</p>\n{table}"
+    body = (
+        f"<h1>Runs</h1>\n<p>{len(rows)} run(s) and refusal(s) under runs/. The items column is "
+        "the run's outcome; the audit judges the records (hashes, approval, git records, "
+        "inputs, replay), so a run whose items failed can audit clean.</p>\n" + table
+    )
     return h.page("prereg runs", body, generated=generated)
 
 
