@@ -13,10 +13,15 @@ from prereg import gitrepo
 
 
 def _root() -> Path:
+    """The checkout; its code folders go on sys.path (a stage kind may live there)."""
+    from prereg.stages import use_project_code
+
     try:
-        return gitrepo.toplevel(Path.cwd())
+        root = gitrepo.toplevel(Path.cwd())
     except gitrepo.GitError:
         raise SystemExit("prereg: run this inside the project's git checkout") from None
+    use_project_code(root)
+    return root
 
 
 def _pairs(values: list[str], option: str) -> dict[str, str]:
@@ -154,6 +159,7 @@ while both still match, and say it was stale when not (the replay then runs agai
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from prereg.audit import COULD_NOT_AUDIT, audit_run, describe_extensions
+    from prereg.stages import use_project_code
 
     run_dir = Path(args.run_dir).absolute()
     if args.repo:
@@ -163,6 +169,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
             root = gitrepo.toplevel(run_dir if run_dir.is_dir() else run_dir.parent)
         except gitrepo.GitError:  # runs/ on another file system, or not a repository
             root = run_dir.parent.parent if run_dir.parent.name == "runs" else run_dir.parent
+    use_project_code(root)
     result = audit_run(root, run_dir, replay=not args.no_replay)
     status = result.status or "no readable manifest"
     if result.findings:
@@ -257,10 +264,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _run_root(path: Path) -> Path:
     """The repository holding a run folder (a report of another checkout's runs works)."""
+    from prereg.stages import use_project_code
+
     try:
-        return gitrepo.toplevel(path if path.is_dir() else path.parent)
+        root = gitrepo.toplevel(path if path.is_dir() else path.parent)
     except gitrepo.GitError:
         return _root()
+    use_project_code(root)
+    return root
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,8 @@ from prereg.runs import RunFolder
 from prereg.schema import SchemaError
 
 ENTRY_POINT_GROUP = registry.STAGE_KINDS
+# A plan's kind ``module:attribute`` names a kind in the project's own code.
+PROJECT_KIND_SEPARATOR = ":"
 
 
 def coordinate_key(coords: Mapping[str, Any]) -> str:
@@ -211,7 +215,63 @@ def _is_kind(name: str) -> Callable[[object], bool]:
     return lambda kind: isinstance(kind, StageKind) and kind.name == name
 
 
+def is_project_kind(name: str) -> bool:
+    """A kind named ``module:attribute``: a :class:`StageKind` in the project's own code."""
+    return PROJECT_KIND_SEPARATOR in name
+
+
+def _project_kind(name: str) -> StageKind:
+    """Import ``module:attribute`` from the project's code (its folders on ``sys.path``:
+    the checkout's top and pytest.ini's ``pythonpath``; in a run, the snapshot's), never from
+    an installed package, so the approved commit binds it and no install can go stale."""
+    from prereg.execution import site_dirs  # execution imports stages: loaded on use
+
+    module_name, _, attribute = name.partition(PROJECT_KIND_SEPARATOR)
+    where = (
+        "a project kind is a module of the project's tracked code, found from the checkout's top "
+        "or a folder pytest.ini's pythonpath names (e.g. pythonpath = src)"
+    )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise UnknownStageKind(
+            f"stage kind {name!r}: {module_name} does not import ({err}); {where}"
+        ) from None
+    origin = os.path.realpath(getattr(module, "__file__", None) or "")
+    if not origin or any(origin.startswith(os.path.realpath(d) + os.sep) for d in site_dirs()):
+        raise UnknownStageKind(
+            f"stage kind {name!r}: {module_name} was imported from {origin or 'no file'}, an "
+            f"installed package, not the project's code ({where}): uninstall that package; a "
+            "project kind needs no install, and an installed copy would run code the commit "
+            "does not hold"
+        )
+    kind = getattr(module, attribute, None)
+    if not isinstance(kind, StageKind):
+        raise UnknownStageKind(
+            f"stage kind {name!r}: {module_name}.{attribute} is "
+            f"{'missing' if kind is None else type(kind).__name__}, not a prereg.stages.StageKind"
+        )
+    return kind
+
+
+def use_project_code(root: Path) -> None:
+    """Put the project's code folders first on ``sys.path`` for a command run outside pytest
+    (``prereg approve``, ``audit``, ``report``), as pytest does for a run: the checkout's top
+    and each folder ``pythonpath`` in its pytest.ini names (relative to the top)."""
+    import configparser
+
+    ini = configparser.ConfigParser()
+    ini.read(Path(root) / "pytest.ini")
+    folders = [str(Path(root))]
+    folders += [
+        str(Path(root, rel)) for rel in ini.get("pytest", "pythonpath", fallback="").split()
+    ]
+    sys.path[:0] = [f for f in folders if f not in sys.path]
+
+
 def load_kind(name: str) -> StageKind:
+    if is_project_kind(name):
+        return _project_kind(name)  # imported each time: the module system caches it
     if name in BUILT_IN_KINDS:
         return _built_in(name)  # never _registered: built-in kinds have one home
     if name in _registered:
@@ -236,4 +296,7 @@ def kind_origin(name: str) -> dict:
         return {"built_in": BUILT_IN_KINDS[name]}
     if name == PLAIN.name:
         return {"built_in": f"{__name__}:PLAIN"}
+    if is_project_kind(name):
+        module = sys.modules.get(name.partition(PROJECT_KIND_SEPARATOR)[0])
+        return {"project": name, "file": getattr(module, "__file__", None)}
     return registry.origin(ENTRY_POINT_GROUP, name) or {"registered": True}

@@ -1,0 +1,117 @@
+"""A stage kind in the project's own tracked code (``"kind": "module:attribute"``).
+
+The kind needs no install: ``prereg approve`` and the gate import it from the checkout
+(pytest.ini's ``pythonpath`` names its folder), the run imports it from the snapshot, so
+the approved commit binds it; an edit committed after approval is refused as any source
+edit is, and an installed copy of the module is refused rather than run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from prereg import stages
+from prereg.testing import make_toy_repo, stage_spec
+
+pytestmark = pytest.mark.software
+
+RUN = "toy-20261202-001"
+KIND = """
+import json
+from dataclasses import dataclass
+from prereg.stages import StageKind
+
+
+@dataclass(frozen=True)
+class Settings:
+    cells: int
+
+
+def settings(plan_data, stage):
+    cells = plan_data["stages"][stage]["parameters"]["cells"]
+    if not isinstance(cells, int) or cells < 1:
+        raise ValueError(f"stages.{stage}.parameters.cells must be a positive integer, got {cells!r}")
+    return Settings(cells=cells)
+
+
+def summarise(view):
+    total = sum(
+        len(json.loads((view.run_dir / "items" / i["output_dir"] / "result.json").read_text())["x"])
+        for i in view.items
+    )
+    (view.run_dir / "summary").mkdir(exist_ok=True)
+    (view.run_dir / "summary" / "count.json").write_text(json.dumps({"values": total, "by": MARK}))
+
+
+MARK = "project kind"
+KIND = StageKind(name="mylab.kind:KIND", settings=settings, summarise=summarise)
+"""
+
+
+def _project(tmp_path, cells=2):
+    spec = stage_spec("toy", kind="mylab.kind:KIND")
+    spec["parameters"]["cells"] = cells
+    toy = make_toy_repo(tmp_path / "p", {"toy": spec})
+    (toy.root / "src" / "mylab").mkdir(parents=True)
+    (toy.root / "src" / "mylab" / "__init__.py").write_text("")
+    (toy.root / "src" / "mylab" / "kind.py").write_text(KIND)
+    ini = toy.root / "pytest.ini"
+    ini.write_text(ini.read_text().replace("[pytest]\n", "[pytest]\npythonpath = src\n", 1))
+    toy.commit("A stage kind in the project's code")
+    return toy
+
+
+def test_a_kind_in_the_projects_code_approves_runs_from_the_snapshot_and_audits_clean(tmp_path):
+    toy = _project(tmp_path)
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy", "-n", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = toy.manifest(RUN)
+    assert manifest["status"] == "complete", manifest["incomplete_reasons"]
+    summary = json.loads((toy.run_dir(RUN) / "summary" / "count.json").read_text())
+    assert summary == {"values": 6, "by": "project kind"}
+    audit = toy.audit(RUN)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_the_kind_edited_and_committed_after_approval_is_refused(tmp_path):
+    toy = _project(tmp_path)
+    toy.approve("toy", RUN)
+    kind = toy.root / "src" / "mylab" / "kind.py"
+    kind.write_text(kind.read_text().replace('MARK = "project kind"', 'MARK = "edited"'))
+    toy.commit("Edit the kind after approval")
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "src/mylab/kind.py" in done.stderr and "[clean-source]" in done.stderr, done.stderr
+    assert not (toy.run_dir(RUN) / "start.json").exists()
+
+
+def test_bad_settings_of_a_project_kind_are_refused_at_approve(tmp_path):
+    toy = _project(tmp_path, cells=0)
+    done = toy.approve("toy", RUN, check=False)
+    assert done.returncode != 0
+    assert "parameters.cells must be a positive integer" in done.stderr, done.stderr
+    assert not (toy.root / "plans" / "approvals" / f"{RUN}.json").exists()
+
+
+def test_a_project_kind_that_does_not_import_names_the_module_and_the_fix(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(stages.UnknownStageKind, match="nosuchmod does not import.*pythonpath"):
+        stages.load_kind("nosuchmod:KIND")
+    (tmp_path / "notakind.py").write_text("KIND = 3\n")
+    with pytest.raises(stages.UnknownStageKind, match="notakind.KIND is int, not a prereg"):
+        stages.load_kind("notakind:KIND")
+
+
+def test_an_installed_copy_of_a_project_kind_is_refused(site, monkeypatch):
+    """The stale-install trap: the module comes from site-packages, not the project."""
+    (site / "stalekind.py").write_text(
+        "from prereg.stages import StageKind\nKIND = StageKind(name='stalekind:KIND')\n"
+    )
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, "stalekind", raising=False)
+    with pytest.raises(stages.UnknownStageKind, match="an installed package, not the project"):
+        stages.load_kind("stalekind:KIND")
