@@ -69,7 +69,7 @@ FINDINGS = "findings"
 COULD_NOT_AUDIT = "could not audit"
 EXIT_CODES = {CLEAN: 0, FINDINGS: 1, COULD_NOT_AUDIT: 3}
 
-# Outcomes the controller gives an item (prereg.plugin._outcome; "unknown": a folder under
+# Outcomes the controller gives an item (prereg.runtime.items.outcome; "unknown": a folder under
 # items/ that no item of the run claims, recorded with its files).
 OUTCOMES = ("passed", "failed", "error", "skipped", "interrupted", "not run", "unknown")
 # Phases whose report makes the controller append the item to items.jsonl ("???": xdist's

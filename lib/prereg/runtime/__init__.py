@@ -1,0 +1,8 @@
+"""prereg's pytest runtime, the modules :mod:`prereg.plugin`'s hooks delegate to.
+
+In import order (each module imports only those before it): :mod:`~.settings` (the
+options, :class:`~.settings.Settings`, the stash keys, the experiments' helpers);
+:mod:`~.signals` and :mod:`~.terminal`; :mod:`~.collection`, :mod:`~.items` (the item
+side), :mod:`~.workers` (the xdist bridge) and :mod:`~.listing`; :mod:`~.controller`;
+:mod:`~.launcher`. The option policy is :mod:`prereg.options`.
+"""

@@ -1,0 +1,45 @@
+"""What a process collects: a software run never collects the research folders and
+deselects every item marked ``research_stage``; a research run keeps exactly its stage's
+items, from the module its plan names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from prereg.runtime.settings import SETTINGS
+
+
+def ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    settings = config.stash.get(SETTINGS, None)
+    if settings is None:
+        return None
+    root = Path(settings.root)
+    research_roots = [root / p for p in config.getini("prereg_research_paths")]
+    if not any(collection_path == r or r in collection_path.parents for r in research_roots):
+        return None
+    if not settings.research:
+        return True  # a software run never collects research stages
+    if collection_path.is_file() and collection_path.suffix == ".py":
+        return collection_path != root / settings.module or None
+    return None
+
+
+def select_items(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect every item not of this run's stage; a listing writes the node ids it kept."""
+    settings = config.stash[SETTINGS]
+    module = Path(settings.root) / settings.module if settings.research else None
+    keep, drop = [], []
+    for item in items:
+        marker = item.get_closest_marker("research_stage")
+        item_stage = marker.args[0] if marker and marker.args else None
+        # A research item counts only from the module its plan names.
+        selected = item_stage == settings.stage and (module is None or item.path == module)
+        (keep if selected else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    if settings.research and config.option.prereg_list_items:
+        Path(config.option.prereg_list_items).write_text(json.dumps([i.nodeid for i in items]))

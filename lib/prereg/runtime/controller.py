@@ -1,0 +1,468 @@
+"""The controller: runs the gate, spends the run id, gathers each item's record and writes
+the manifest. It is registered as the plugin ``prereg-controller`` in a hermetic session
+(:mod:`prereg.runtime.launcher`); its xdist hooks are :class:`prereg.runtime.workers.XdistBridge`,
+its terminal output :class:`prereg.runtime.terminal.TerminalOutput`."""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from prereg import approval as approvals
+from prereg import execution, gate, gitrepo, ledger, manifest, provenance
+from prereg import snapshot as snapshots
+from prereg.hashing import canonical_json, read_json
+from prereg.plans import Plan
+from prereg.runs import contained, item_dir_name, refusal_note
+from prereg.runtime import items as item_side
+from prereg.runtime import signals
+from prereg.runtime.listing import Listing
+from prereg.runtime.settings import PROPERTY, SETTINGS, Settings
+from prereg.runtime.terminal import TerminalOutput
+from prereg.runtime.workers import XdistBridge, distributed
+
+
+class Controller(XdistBridge, TerminalOutput):
+    """Runs the gate, spends the run id, gathers item records, writes the manifest."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.root = settings.project  # the checkout: approvals, refusals, runs/, git
+        self.code_root = Path(settings.root)  # where the code runs from (a session's snapshot)
+        self.layout = settings.layout
+        self.run_dir = self.layout.folder
+        self.entries: dict[str, dict] = {}
+        self.expected: list[str] = []
+        self.worker_data: list[dict] = []
+        self.workers = 0
+        self.gateways: dict[str, dict] = {}  # gateway id -> its spec, description, problems
+        self.started = 0.0
+        self.interrupted: str | None = None
+        self.plan: Plan | None = None
+        self.session: pytest.Session | None = None
+        self.snapshot: snapshots.Snapshot | None = None
+
+    def check_gate(self) -> gate.Gathered:
+        """Gather the facts and check every run condition; refuse (usage error) if one fails.
+
+        A hermetic session (code in a snapshot) first proves its snapshot: the tree id of its
+        folder, recomputed from the bytes on disk, must be HEAD's tree."""
+        settings = self.settings
+        record = approvals.load_approval(Path(settings.approval_path))
+        self.approval = record
+        snapshot = None
+        try:
+            if self.config.option.prereg_checkout:  # a session: its code must be a snapshot
+                snapshot = _proved_snapshot(self.root, self.code_root)
+            self.snapshot = snapshot
+            gathered = gate.gather(
+                self.root,
+                record.data,
+                record.path,
+                stage=settings.stage,
+                run_id_asked=self.config.option.prereg_run_id,
+                plugins=self.config.pluginmanager.list_name_plugin(),
+                snapshot=snapshot,
+            )
+        except gitrepo.GitError as err:
+            self.refuse([gate.Refusal("git", f"{err}. {GIT_FIX}")])
+        self.refuse(gate.check(gathered.facts))
+        return gathered
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """The gate, before xdist starts a worker; the run id is spent only once the items
+        about to run are known to be the stage's full item set (:meth:`_verify_and_spend`)."""
+        self.session = session
+        settings = self.settings
+        gathered = self.check_gate()
+        self.execution = gathered.execution or execution.record(
+            self.code_root, self.config.pluginmanager.list_name_plugin(), snapshot=self.snapshot
+        )
+        from prereg.stages import load_kind
+
+        self.plan = gathered.plan
+        spec = self.plan.stage(settings.stage)
+        self.kind = load_kind(spec["kind"])
+        self.listing = Listing(self.code_root, settings, self.config)
+        gate_passed_at = time.time()
+        deadline = gate_passed_at + spec["budget_seconds"] if spec["budget_enforced"] else None
+        self.settings = settings = Settings(
+            **{
+                **asdict(settings),
+                "deadline": deadline,
+                "budget_seconds": spec["budget_seconds"] if spec["budget_enforced"] else None,
+                "gate_passed": True,
+                "snapshot_tree": self.snapshot.tree if self.snapshot is not None else None,
+            }
+        )
+        self.config.stash[SETTINGS] = settings
+
+    def refuse(self, refusals: list[gate.Refusal]) -> None:
+        """Record the refusals and stop with a usage error; a refusal spends no run id."""
+        if not refusals:
+            return
+        settings, record = self.settings, self.approval
+        where = approvals.write_refusal(self.root, record, settings.stage, record.run_id, refusals)
+        _drop_junit_report(self.config)  # the refused run gets no runs/<run-id>/junit.xml
+        raise pytest.UsageError(
+            f"research stage {settings.stage} refused (run {record.run_id}; "
+            f"{refusal_note(self.root, record.run_id)}; refusal recorded in "
+            f"{where.relative_to(self.root)}):\n  " + "\n  ".join(str(r) for r in refusals)
+        )
+
+    def _verify_and_spend(self, about_to_run: list[str]) -> None:
+        """Compare the items about to run with the stage's full item set, then spend the run id:
+        in git first (atomic, once), then the run folder."""
+        if self.started:
+            return
+        self.refuse(self._worker_refusals())
+        # Collection imported the stage's modules and whatever they import: that code must be
+        # accounted for too, before the run id is spent.
+        plugins = self.config.pluginmanager.list_name_plugin()
+        problems = execution.problems(self.code_root, plugins, snapshot=self.snapshot)
+        self.refuse([gate.Refusal("execution", f"at collection: {p}") for p in problems])
+        expected = self.listing.wait()
+        if isinstance(expected, str):
+            self.refuse([gate.Refusal("whole-stage", expected)])
+        self.refuse(gate.item_set(expected, about_to_run))
+        self.expected = list(expected)
+        record, settings = self.approval, self.settings
+        if self.run_dir.exists():
+            self.refuse([gate.Refusal(
+                "run-id-unused",
+                f"{self.run_dir.relative_to(self.root)} exists although no start is recorded; move "
+                "it out of runs/ (it is not a run of this approval) and run again",
+            )])  # fmt: skip
+        started_at = manifest.utc_now()
+        start = manifest.start_record(
+            stage=settings.stage,
+            run_id=record.run_id,
+            approval_path=record.path,
+            plan_sha256=record.data["plan"]["sha256"],
+            started_at=started_at,
+            root=self.root,
+        )
+        single = self.plan.stage(settings.stage)["single_attempt"]
+        try:
+            ledger.spend(
+                self.root,
+                record.run_id,
+                canonical_json(start).encode(),
+                single_attempt_stage=settings.stage if single else None,
+            )
+        except ledger.AlreadyRecorded as err:
+            self.refuse([gate.Refusal(
+                "run-id-unused",
+                f"{err}: another run of this approval or stage started first (one approval, one "
+                "run; a single-attempt stage runs once)",
+            )])  # fmt: skip
+        try:
+            contained(self.root, self.run_dir.parent)
+            manifest.write_start_record(self.run_dir, record=start, approval_path=record.path)
+        except OSError as err:
+            _drop_junit_report(self.config)
+            raise pytest.UsageError(
+                f"run {record.run_id} is spent (git records its start in "
+                f"{ledger.start_ref(record.run_id)}) but its folder "
+                f"{self.run_dir.relative_to(self.root)} could not be written: "
+                f"{manifest.describe(err)}. No item ran; `prereg runs` lists the run and "
+                "`prereg audit` names it. Free the disk or fix the permissions, then approve "
+                "a new run id"
+            ) from None
+        self.started = time.time()
+        self.started_at = started_at
+        progress = self.layout.progress_log
+        progress.parent.mkdir(parents=True, exist_ok=True)
+        progress.touch()
+        # Restored when the manifest is written.
+        self.saved_handlers = signals.install_signal_handlers()
+        self.reserve = manifest.reserve_space(self.root, record.run_id, len(self.expected))
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if not hasattr(self.config, "workerinput") and not distributed(self.config):
+            self._verify_and_spend([item.nodeid for item in session.items])
+
+    @pytest.hookimpl(tryfirst=True)  # before junit.xml takes the properties
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        entry = self.entries.setdefault(
+            report.nodeid, {"nodeid": report.nodeid, "phases": {}, "elapsed_seconds": 0.0}
+        )
+        entry["phases"][report.when] = report.outcome
+        entry["elapsed_seconds"] = round(entry["elapsed_seconds"] + report.duration, 6)
+        node = getattr(report, "node", None)
+        if node is not None:
+            entry["worker"] = node.gateway.id
+        for name, value in report.user_properties:
+            if name == PROPERTY:
+                entry.update(json.loads(value))
+        self._receive_outputs(report, entry)
+        if report.failed:
+            entry.setdefault("tracebacks", {})[report.when] = report.longreprtext
+        if report.when in ("teardown", "???"):  # "???": xdist's report for a crashed worker
+            entry["outcome"] = item_side.outcome(entry["phases"])
+            problem = manifest.append_item(self.run_dir, entry)
+            if problem:
+                entry["log_error"] = problem  # a reason in the manifest; the run goes on
+            self._announce_finished(entry)
+        spec = self.plan.stage(self.settings.stage)
+        if spec["budget_enforced"] and time.time() > self.started + spec["budget_seconds"]:
+            self.session.shouldstop = "the stage's wall-time budget is exhausted"
+
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
+        message = str(excinfo.value) or "Ctrl-C or SIGINT"
+        self._interruption(f"interrupted ({excinfo.typename}: {message})")
+
+    def _interruption(self, cause: str) -> None:
+        """Keep every cause of an interruption, in order, once each."""
+        if not self.interrupted:
+            self.interrupted = cause
+        elif cause not in self.interrupted:
+            self.interrupted = f"{self.interrupted}; {cause}"
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int):
+        """Write the manifest after every other plugin's session end (xdist stopping its
+        workers, the junit report), even when one of them failed or a signal came."""
+        late: list[str] = []
+        during = signals.defer_signals(late) if self.started else {}  # a 2nd Ctrl-C loses nothing
+        failure = result = None
+        try:
+            if self.started:
+                manifest.release_space(getattr(self, "reserve", None))  # for junit.xml, manifest
+                self._drain_xdist_events(session)  # before junit.xml is written
+            try:
+                result = yield
+            except BaseException as err:  # noqa: BLE001 -- re-raised once the manifest is written
+                failure = err
+            if self.started:
+                self._finish(session, failure)
+        finally:
+            signals.restore_signals(during)
+            signals.restore_signals(getattr(self, "saved_handlers", {}))
+            self.finish_notes = getattr(self, "finish_notes", []) + late
+        if failure is not None:
+            raise failure
+        return result
+
+    def _finish(self, session: pytest.Session, failure: BaseException | None) -> None:
+        """The final manifest, or a minimal ``incomplete`` one if it fails; then its git record."""
+        data, errors = manifest.write_final(
+            self.run_dir,
+            lambda: self._full_manifest(session, failure),
+            self._minimal_manifest,
+        )
+        self.finish_notes = getattr(self, "finish_notes", []) + errors
+        self.status = json.loads(data)["status"] if data is not None else "without a manifest"
+        if data is not None:
+            try:
+                ledger.record_manifest(self.root, self.settings.run_id, data)
+            except Exception as err:  # noqa: BLE001 -- the manifest file stays; the audit sees no ref
+                self.finish_notes.append(
+                    f"the manifest's SHA-256 could not be recorded in git "
+                    f"({ledger.manifest_ref(self.settings.run_id)}): {manifest.describe(err)}"
+                )
+        if self.status != manifest.COMPLETE and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if data is None:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+    def _items(self) -> list[dict]:
+        """Every item of the stage with its outcome, and the hashes of every item folder."""
+        items = []
+        for nodeid in sorted(set(self.expected) | set(self.entries)):
+            entry = self.entries.get(nodeid, {"nodeid": nodeid, "phases": {}})
+            entry["outcome"] = item_side.outcome(entry["phases"])
+            items.append(entry)
+        items = manifest.hash_item_folders(self.run_dir, items, item_dir_name)
+        for item in items:
+            if item["outcome"] == "not run" and "outputs" in item:
+                item["outcome"] = "interrupted"  # no report came, but its folder shows it started
+        return items
+
+    def _reasons(self, session: pytest.Session, items: list[dict], failure) -> list[str]:
+        reasons = []
+        if self.interrupted or session.exitstatus == pytest.ExitCode.INTERRUPTED:
+            reasons.append(self.interrupted or "interrupted")
+        if isinstance(session.shouldstop, str):
+            reasons.append(f"stopped: {session.shouldstop}")
+        if failure is not None:
+            reasons.append(f"a plugin failed as the session ended: {manifest.describe(failure)}")
+        bad = [i["nodeid"] for i in items if i["outcome"] != "passed"]
+        if bad:
+            reasons.append(f"{len(bad)} item(s) did not pass: {', '.join(bad[:5])}")
+        for key, what in (("log_error", "not in items.jsonl"), ("record_error", "incomplete")):
+            hit = [i for i in items if i.get(key)]
+            if hit:
+                reasons.append(
+                    f"the record of {len(hit)} item(s) is {what}, first {hit[0]['nodeid']}: "
+                    f"{hit[0][key]}"
+                )
+        if not items:
+            reasons.append("the stage has no items")
+        at_end = self.execution_at_end()
+        if at_end:
+            reasons.append(
+                f"code the approval does not cover ran during the run ({len(at_end)} problem(s), "
+                f"see environment.execution_at_end): {at_end[0]}"
+            )
+        snapshot = self.snapshot_record()
+        if snapshot is not None and snapshot["tree_at_end"] != snapshot["tree"]:
+            reasons.append(
+                f"the snapshot the run executed changed during the run (tree {snapshot['tree']} "
+                f"at the start, {snapshot['tree_at_end']} at the end): what ran is unknown"
+            )
+        return reasons
+
+    def execution_at_end(self) -> list[str]:
+        """The execution condition judged again after the items ran: in this process when it
+        ran them, and as each worker judged itself."""
+        if not hasattr(self, "_execution_at_end"):
+            found = [] if self.worker_data else item_side.execution_at_end(
+                self.config, self.code_root, self.snapshot
+            )  # fmt: skip
+            for data in self.worker_data:
+                found += data.get("execution_at_end", [])
+            self._execution_at_end = list(dict.fromkeys(found))
+        return self._execution_at_end
+
+    def snapshot_record(self) -> dict | None:
+        """Which tree ran: the snapshot's tree proved at the gate and recomputed now."""
+        if self.snapshot is None:
+            return None
+        if not hasattr(self, "_snapshot_record"):
+            folder = self.snapshot.folder
+            try:
+                at_end = snapshots.prove(folder, "", gitrepo.object_format(self.root)).tree
+            except OSError as err:
+                at_end = f"(unreadable: {manifest.describe(err)})"
+            self._snapshot_record = {
+                "commit": self.snapshot.commit,
+                "tree": self.snapshot.tree,
+                "tree_at_end": at_end,
+                "folder": str(folder),
+            }
+        return self._snapshot_record
+
+    def _full_manifest(self, session: pytest.Session, failure) -> dict:
+        elapsed = time.time() - self.started
+        items = self._items()
+        reasons = self._reasons(session, items, failure)
+        if not reasons and self.kind.summarise is not None:
+            try:
+                self.kind.summarise(self.view(items))
+            except Exception:  # noqa: BLE001 -- any failure of the summary makes the stage incomplete
+                reasons.append("the stage summary failed:\n" + traceback.format_exc())
+        imported = {}
+        for data in self.worker_data or [{"packages_imported": provenance.imported_packages()}]:
+            imported.update(data["packages_imported"])
+        env = manifest.environment(
+            execution=self.execution,
+            plugins=_plugin_names(self.config),
+            imported=imported,
+            threads={
+                "threads_per_worker": self.settings.threads,
+                "per_item": "see items[].thread_settings",
+            },
+        )
+        if self.gateways:  # each xdist worker: spec, host, checkout, Python, packages, threads
+            env["workers"] = [self.gateways[k] for k in sorted(self.gateways)]
+        if self.snapshot is not None:
+            env["snapshot"] = self.snapshot_record()
+        env["execution_at_end"] = self.execution_at_end()
+        start = read_json(self.layout.start, what="start record")
+        return manifest.build_manifest(
+            run_dir=self.run_dir,
+            start=start,
+            approval=self.approval.data,
+            plan_path=self.settings.plan_path,
+            stage_spec=self.plan.stage(self.settings.stage),
+            items=items,
+            expected=self.expected,
+            reasons=reasons,
+            ended_at=manifest.utc_now(),
+            elapsed=elapsed,
+            env=env,
+            workers=self.workers,
+        )
+
+    def _minimal_manifest(self, error: str) -> dict:
+        """What the fallback manifest knows: the start record, the items, the error."""
+        try:
+            start = read_json(self.layout.start, what="start record")
+        except Exception:  # noqa: BLE001 -- the fallback uses what the settings know
+            start = None
+        try:
+            items = self._items()
+        except Exception as err:  # noqa: BLE001 -- unhashed items, and the reason why
+            items = [dict(e, hash_error=manifest.describe(err)) for e in self.entries.values()]
+        return manifest.minimal_manifest(
+            run_dir=self.run_dir,
+            start=start,
+            stage=self.settings.stage,
+            run_id=self.settings.run_id,
+            plan_path=self.settings.plan_path,
+            items=items,
+            expected=self.expected,
+            reasons=[self.interrupted] if self.interrupted else [],
+            error=error,
+            ended_at=manifest.utc_now(),
+        )
+
+    def view(self, items: list[dict]):
+        from prereg.stages import RunView
+
+        return RunView(
+            root=self.root,
+            run_dir=self.run_dir,
+            plan=self.plan,
+            stage=self.settings.stage,
+            items=tuple(items),
+        )
+
+
+GIT_FIX = (
+    "prereg reads git without the user's or the system's configuration, so a safe.directory "
+    "setting does not apply: run as the user who owns the checkout (or chown it), and make "
+    "sure its objects are intact (git fsck)"
+)
+
+
+def _proved_snapshot(checkout: Path, folder: Path) -> snapshots.Snapshot:
+    """This session's code folder as it is, claimed to be a snapshot of the checkout's HEAD."""
+    return snapshots.prove(folder, gitrepo.head_commit(checkout), gitrepo.object_format(checkout))
+
+
+def _drop_junit_report(config: pytest.Config) -> None:
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    if xml is not None:  # as pytest's own junitxml unconfigure does
+        del config.stash[xml_key]
+        config.pluginmanager.unregister(xml)
+
+
+def _plugin_names(config: pytest.Config) -> dict[str, list[str]]:
+    """Loaded pytest plugins by their distribution or module name, and the blocked ones.
+
+    Blocked plugins (``-p no:NAME``) are registered as ``None``: listed apart, so a
+    reseeding plugin such as pytest-randomly never looks active when it was blocked.
+    """
+    manager = config.pluginmanager
+    loaded = {f"{dist.project_name}-{dist.version}" for _, dist in manager.list_plugin_distinfo()}
+    for name, plugin in manager.list_name_plugin():
+        if (
+            plugin is not None
+            and name
+            and not name.isdigit()
+            and "." in getattr(plugin, "__name__", "")
+        ):
+            loaded.add(plugin.__name__)
+    blocked = sorted(name for name, plugin in manager.list_name_plugin() if plugin is None and name)
+    return {"loaded": sorted(loaded), "blocked": blocked}

@@ -1,0 +1,186 @@
+"""The item side, in a serial process or an xdist worker: each item's record, the
+worker-side gate (the ``_prereg_plan`` fixture), the item's context (the ``research``
+fixture), the record sent to the controller with the item's report, the execution condition
+judged again at the end, and the outcome an item's phases give it."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from prereg import execution, gitrepo, manifest, provenance, remote
+from prereg import snapshot as snapshots
+from prereg.context import BudgetExceeded, ItemContext
+from prereg.hashing import file_entries, read_json, sha256_file
+from prereg.runs import RunLayout, item_dir_name
+from prereg.runtime.settings import (
+    CODE,
+    ITEM_RECORD,
+    PEAK,
+    PROPERTY,
+    PROVED_CHECKOUT,
+    PROVED_SNAPSHOT,
+    SETTINGS,
+    SHIPPED,
+    Settings,
+    verified_inputs,
+)
+
+
+def start_item(item: pytest.Item) -> None:
+    """A research item's record starts, and its peak memory is measured from here."""
+    settings = item.config.stash[SETTINGS]
+    if settings.research:
+        item.stash[ITEM_RECORD] = {"nodeid": item.nodeid, "output_dir": item_dir_name(item.nodeid)}
+        item.stash[PEAK] = provenance.PeakScope().start()
+
+
+def proved_plan(request: pytest.FixtureRequest) -> dict:
+    """The plan, re-checked in this process against the approval (the worker-side gate)."""
+    settings = request.config.stash[SETTINGS]
+    if not settings.research:
+        raise RuntimeError("the research fixture is only available under --research-stage")
+    path = Path(settings.root) / settings.plan_path
+    if not settings.gate_passed:
+        raise RuntimeError("this process did not receive a passed gate from the controller")
+    if sha256_file(path) != settings.plan_sha256:
+        raise RuntimeError(f"{path} no longer matches the approved plan; the run is void")
+    if hasattr(request.config, "workerinput"):  # a worker's own code, checked as the gate did
+        proved = request.config.workerinput.get(PROVED_SNAPSHOT) or request.config.workerinput.get(
+            PROVED_CHECKOUT
+        )
+        if proved and os.path.realpath(settings.root) != os.path.realpath(proved):
+            raise RuntimeError(
+                f"worker {request.config.workerinput.get('workerid')} runs in {settings.root}, "
+                f"not in the checkout {proved} it proved before the run: give its --tx spec "
+                "chdir=<the top of that checkout>"
+            )
+        plugins = request.config.pluginmanager.list_name_plugin()
+        snapshot = None
+        if settings.checkout:  # a worker of a hermetic session (a remote one: its own snapshot)
+            snapshot = snapshots.prove(
+                Path(settings.root), "", gitrepo.object_format(settings.project)
+            )
+            if snapshot.tree != settings.snapshot_tree:
+                head = gitrepo.head_commit(settings.project)
+                changed = snapshots.differences(Path(settings.root), settings.project, head)
+                raise RuntimeError(
+                    f"worker {request.config.workerinput.get('workerid')} runs from "
+                    f"{settings.root}, whose tree {snapshot.tree} is not the run's snapshot "
+                    f"{settings.snapshot_tree} ({', '.join(changed[:8])}): the snapshot changed, "
+                    "or the worker was started elsewhere"
+                )
+        request.config.stash[CODE] = (Path(settings.root), snapshot)
+        problems = execution.problems(Path(settings.root), plugins, worker=True, snapshot=snapshot)
+        if problems:
+            raise RuntimeError(
+                f"worker {request.config.workerinput.get('workerid')} runs code the approval "
+                "does not cover: " + "; ".join(problems)
+            )
+    return read_json(path, what="plan")
+
+
+def item_context(request: pytest.FixtureRequest, plan: dict) -> ItemContext:
+    """The item's context: plan parameters, recorded seeds, output folder, budget."""
+    settings = request.config.stash[SETTINGS]
+    record = request.node.stash[ITEM_RECORD]
+    outputs = settings.layout.item_dir(record["output_dir"])
+    if settings.ship_outputs:  # a remote worker: a private folder, sent back with the report
+        outputs = Path(tempfile.mkdtemp(prefix="prereg-item-")) / record["output_dir"]
+        request.node.stash[SHIPPED] = outputs
+    outputs.mkdir(parents=True, exist_ok=False)
+    context = ItemContext(
+        stage=settings.stage,
+        run_id=settings.run_id,
+        plan=plan,
+        outputs=outputs,
+        seed_namespace=settings.seed_namespace,
+        deadline=deadline(settings),
+        record=record,
+        inputs=verified_inputs(settings),
+        required_runs={
+            k: RunLayout(settings.project, v).folder
+            for k, v in (settings.required_runs or {}).items()
+        },
+        progress_log=None if settings.ship_outputs else settings.layout.progress_log,
+    )
+    context.check_budget()
+    record["thread_settings"] = provenance.apply_thread_limits(settings.threads)
+    return context
+
+
+def deadline(settings: Settings) -> float | None:
+    """An enforced budget counts from the spend (``start.json``'s ``started_at``), read from
+    the run folder where this process can see it; a remote worker uses the gate's time."""
+    if settings.budget_seconds is None or settings.ship_outputs:
+        return settings.deadline
+    started = read_json(settings.layout.start, what="start record")["started_at"]
+    return datetime.fromisoformat(started).timestamp() + settings.budget_seconds
+
+
+def record_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport) -> None:
+    """The item's record (outputs, peak memory, budget), attached to its call report (or its
+    failed setup report) for the controller; a remote worker's outputs travel with it."""
+    record = item.stash.get(ITEM_RECORD, None)
+    if record is not None and (report.when == "call" or (report.when == "setup" and report.failed)):
+        try:
+            settings = item.config.stash[SETTINGS]
+            outputs = item.stash.get(SHIPPED, settings.layout.item_dir(record["output_dir"]))
+            record["outputs"] = file_entries(outputs) if outputs.exists() else []
+            if SHIPPED in item.stash:
+                shipped = item.stash[SHIPPED]
+                del item.stash[SHIPPED]
+                try:
+                    chunks = remote.pack(shipped)
+                finally:
+                    remote.discard(shipped.parent)
+                report.user_properties.extend((remote.OUTPUT_PROPERTY, c) for c in chunks)
+            peak = item.stash.get(PEAK, None)
+            if peak is not None:
+                record["peak_rss_bytes"], record["peak_rss_scope"] = peak.stop()
+            if call.excinfo is not None and call.excinfo.errisinstance(BudgetExceeded):
+                record["budget_exceeded"] = True
+        except Exception as err:  # noqa: BLE001 -- the report must still reach the controller
+            record["record_error"] = manifest.describe(err)
+        # NaN stays NaN here (allow_nan): the controller names it in the manifest's reasons.
+        report.user_properties.append((PROPERTY, json.dumps(record, sort_keys=True, default=str)))
+
+
+def finish_worker(session: pytest.Session) -> None:
+    """A research worker sends the controller the packages it imported and the execution
+    condition judged again at its end."""
+    config = session.config
+    if hasattr(config, "workeroutput") and config.stash[SETTINGS].research:
+        ran = config.stash.get(CODE, None)  # None: no item ran here
+        config.workeroutput[PROPERTY] = {
+            "packages_imported": provenance.imported_packages(),
+            "execution_at_end": [] if ran is None else execution_at_end(config, *ran),
+        }
+
+
+def execution_at_end(config: pytest.Config, root: Path, snapshot) -> list[str]:
+    """The execution condition judged again when the items have run: code an item imported
+    (an installed module loaded late, a folder it put on sys.path) or a loaded file changed
+    during the run (an installed package edited in place) is named."""
+    plugins = config.pluginmanager.list_name_plugin()
+    worker = hasattr(config, "workeroutput")
+    try:
+        return execution.problems(root, plugins, worker=worker, snapshot=snapshot)
+    except Exception as err:  # noqa: BLE001 -- what could not be judged is itself a problem
+        return [f"the loaded code could not be judged: {manifest.describe(err)}"]
+
+
+def outcome(phases: dict[str, str]) -> str:
+    """An item's outcome from its phases' outcomes (setup, call, teardown)."""
+    if not phases:
+        return "not run"
+    if any(v == "failed" for v in phases.values()):
+        return "failed" if phases.get("call") == "failed" else "error"
+    if phases.get("call") == "skipped" or phases.get("setup") == "skipped":
+        return "skipped"
+    return "passed" if phases.get("call") == "passed" and "teardown" in phases else "interrupted"

@@ -1,0 +1,111 @@
+"""The role a process plays, and the launcher.
+
+``pytest --research-stage=S`` typed by a user launches: it passes the gate, materialises a
+snapshot of the approved commit and becomes the hermetic session (:mod:`prereg.hermetic`),
+which registers the :class:`~prereg.runtime.controller.Controller`. An xdist worker takes
+the controller's settings; a software run, a listing and a session each get their own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from prereg import gate, gitrepo, hermetic
+from prereg import snapshot as snapshots
+from prereg.runtime.controller import Controller
+from prereg.runtime.listing import entry_point_plugins
+from prereg.runtime.settings import (
+    SETTINGS,
+    STAGE_OPTION,
+    Settings,
+    resolve_research_run,
+    worker_settings,
+)
+from prereg.runtime.signals import end_on_sigterm
+
+
+def launches(config: pytest.Config) -> bool:
+    """A research run typed by a user: this process launches a hermetic session."""
+    option = config.option
+    return (
+        option.research_stage is not None
+        and not hasattr(config, "workerinput")
+        and not option.prereg_list_items
+        and not option.prereg_checkout
+        and not option.help
+        and not option.version
+    )
+
+
+def launch(config: pytest.Config) -> None:
+    """Pass the gate here, then become the hermetic session; this process never collects
+    or runs an item itself (it does not return)."""
+    root = Path(config.rootpath)
+    settings = resolve_research_run(config, root)
+    launcher = Controller(config, settings)
+    launcher.check_gate()
+    checkout = Path(gitrepo.toplevel(root))
+    handoff = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    if handoff:  # a SIGTERM from now on leaves no snapshot behind
+        end_on_sigterm()
+    try:
+        snapshot = snapshots.materialise(checkout, gitrepo.head_commit(checkout))
+    except (snapshots.SnapshotError, gitrepo.GitError, OSError) as err:
+        launcher.refuse([gate.Refusal("hermetic", f"the approved commit cannot be run: {err}")])
+    try:
+        lock = launcher.approval.data.get("environment_lock") or {}
+        loaded, blocked = entry_point_plugins(config, lock.get("distributions") or {})
+        argv = hermetic.command(
+            checkout=checkout,
+            folder=snapshot.folder,
+            args=[
+                *config.invocation_params.args,
+                *hermetic.output_arguments(config.option, config.invocation_params.dir),
+            ],
+            plugins=hermetic.plugin_arguments(loaded, blocked),
+            addopts=os.environ.get("PYTEST_ADDOPTS"),
+            pythonpath=os.environ.get("PYTHONPATH"),
+        )
+        capture = config.pluginmanager.getplugin("capturemanager")
+        if capture is not None:
+            capture.stop_global_capturing()
+        hermetic.exec_session(  # the session resets SIGTERM and deletes the snapshot itself
+            argv,
+            cwd=snapshot.folder,
+            env=hermetic.session_environment(snapshot.folder),
+            handoff=handoff,
+        )
+    except BaseException as err:
+        snapshots.remove(snapshot.folder)
+        if isinstance(err, OSError):
+            raise pytest.UsageError(f"the hermetic session could not start: {err}") from None
+        raise
+
+
+def configure(config: pytest.Config) -> None:
+    """prereg's markers, and this process's settings by its role: an xdist worker, a
+    software run, a listing, or a hermetic session (which registers the controller)."""
+    config.addinivalue_line("markers", "software: a software check, what CI runs")
+    config.addinivalue_line("markers", "research_stage(name): an item of a research stage")
+    root = Path(config.rootpath)
+    if hasattr(config, "workerinput"):
+        settings = worker_settings(config)
+    elif config.option.research_stage is None or config.option.help or config.option.version:
+        settings = Settings(root=str(root))
+    elif config.option.prereg_list_items:
+        config.option.collectonly = True  # a listing never runs an item
+        settings = resolve_research_run(config, root, listing=True)
+    elif config.option.prereg_checkout:
+        settings = resolve_research_run(config, root)
+        config.pluginmanager.register(Controller(config, settings), "prereg-controller")
+    else:
+        raise pytest.UsageError(
+            f"a research run starts from the command line (`pytest {STAGE_OPTION}=NAME`), "
+            "which runs it from a snapshot of the approved commit; it cannot run inside "
+            "another pytest session"
+        )
+    config.stash[SETTINGS] = settings

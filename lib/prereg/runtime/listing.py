@@ -1,0 +1,79 @@
+"""The stage's full item set, listed at the gate by a clean session, and the pytest plugins
+a session started from here loads by entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from prereg import envlock, hermetic
+from prereg.runtime.settings import (
+    LIST_OPTION,
+    LISTING_DROPS,
+    RUN_ID_OPTION,
+    STAGE_OPTION,
+    Settings,
+)
+
+
+def entry_point_plugins(
+    config: pytest.Config, locked: dict | None = None
+) -> tuple[list[str], list[str]]:
+    """The installed (``pytest11``) plugins loaded here by their entry-point names, and the
+    names blocked with ``-p no:NAME``. With ``locked`` (the approval's environment lock:
+    name -> version), only plugins of distributions it holds at that version count: one
+    installed after approval is never loaded by a session (and the gate refuses it)."""
+    manager = config.pluginmanager
+    loaded = [
+        manager.get_name(plugin)
+        for plugin, dist in manager.list_plugin_distinfo()
+        if locked is None
+        or (locked.get(envlock.normalised(dist.project_name)) or {}).get("version") == dist.version
+    ]
+    blocked = [name for name, plugin in manager.list_name_plugin() if plugin is None and name]
+    return sorted(n for n in loaded if n), sorted(blocked)
+
+
+class Listing:
+    """The stage's full item set, listed at the gate by a clean session started like this one
+    (:mod:`prereg.hermetic`: the snapshot, its environment, the approved plugins) but without
+    its options, PYTEST_ADDOPTS, xdist or the stepwise and cache plugins."""
+
+    def __init__(self, root: Path, settings: Settings, config: pytest.Config) -> None:
+        handle, self.path = tempfile.mkstemp(prefix="prereg-items-", suffix=".json")
+        os.close(handle)
+        env = {k: v for k, v in os.environ.items() if k not in LISTING_DROPS}
+        loaded, blocked = entry_point_plugins(config)
+        command = hermetic.command(
+            checkout=settings.project,
+            folder=root,
+            source=root,
+            args=[
+                f"{STAGE_OPTION}={settings.stage}", f"{RUN_ID_OPTION}={settings.run_id}",
+                f"{LIST_OPTION}={self.path}", "-q", f"--rootdir={root}",
+            ],
+            plugins=hermetic.plugin_arguments(loaded, [*blocked, "xdist", "randomly"]),
+        )  # fmt: skip
+        self.process = subprocess.Popen(
+            command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+
+    def wait(self) -> list[str] | str:
+        """The node ids, or a sentence saying why the stage's items could not be listed."""
+        output, _ = self.process.communicate()
+        try:
+            listed = json.loads(Path(self.path).read_text() or "null")
+        finally:
+            Path(self.path).unlink(missing_ok=True)
+        if self.process.returncode not in (0, 5) or not isinstance(listed, list):
+            tail = "\n    ".join(output.strip().splitlines()[-15:])
+            return (
+                "the stage's full item set could not be listed in a clean process "
+                f"(exit {self.process.returncode}):\n    {tail}"
+            )
+        return listed

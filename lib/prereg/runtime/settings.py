@@ -1,0 +1,236 @@
+"""The run a process belongs to: the options, :class:`Settings`, the stash keys, and the
+helpers experiments call (:func:`project_root`, :func:`stage_plan`, :func:`stage_inputs`).
+
+Every other runtime module reads a process's settings from ``config.stash[SETTINGS]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pytest
+
+from prereg import approval as approvals
+from prereg import hermetic, options, provenance
+from prereg.plans import Plan, load_plan
+from prereg.runs import RunLayout
+
+STAGE_OPTION = "--research-stage"
+RUN_ID_OPTION = "--run-id"
+LIST_OPTION = "--prereg-list-items"
+PROPERTY = "prereg"
+# Environment variables a clean listing of the stage's items does not inherit.
+LISTING_DROPS = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The run a process belongs to; sent to xdist workers as plain data."""
+
+    root: str  # where the code runs from: a hermetic session's snapshot, else the checkout
+    stage: str | None = None
+    run_id: str | None = None
+    approval_path: str | None = None
+    plan_path: str | None = None
+    plan_sha256: str | None = None
+    module: str | None = None
+    threads: int = 1
+    seed_namespace: str | None = None
+    deadline: float | None = None  # gate passed + budget: a remote worker's enforced deadline
+    budget_seconds: float | None = None  # the enforced budget, counted from the spend
+    gate_passed: bool = False
+    inputs: dict | None = (
+        None  # name -> bound input (path, kind, sha256 or commit), from the approval
+    )
+    required_runs: dict | None = None  # stage -> run id, from the approval
+    # A remote worker (xdist socket=/ssh= gateway): outputs go back through the item report.
+    ship_outputs: bool = False
+    # The checkout whose runs/ the run writes and whose git records it (None: root itself).
+    checkout: str | None = None
+    snapshot_tree: str | None = None  # a hermetic session's tree, proved again by each worker
+
+    @property
+    def research(self) -> bool:
+        return self.stage is not None
+
+    @property
+    def project(self) -> Path:
+        """The checkout: runs/, plans/approvals/, git, caches (not the snapshot)."""
+        return Path(self.checkout or self.root)
+
+    @property
+    def layout(self) -> RunLayout:
+        """Every path of this run (its folder, records, progress log)."""
+        return RunLayout(self.project, self.run_id)
+
+
+SETTINGS = pytest.StashKey[Settings]()
+ITEM_RECORD = pytest.StashKey[dict]()
+PEAK = pytest.StashKey[provenance.PeakScope]()
+SHIPPED = pytest.StashKey[Path]()  # a remote worker's private output folder of an item
+CODE = pytest.StashKey[tuple]()  # a worker's code folder and the snapshot it proved
+PROVED_CHECKOUT = "prereg_proved_checkout"  # workerinput: the checkout a remote worker proved
+PROVED_SNAPSHOT = "prereg_proved_snapshot"  # workerinput: the snapshot it wrote and runs from
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """prereg's command-line options and ini settings."""
+    group = parser.getgroup("prereg", "preregistered research stages")
+    group.addoption(
+        STAGE_OPTION,
+        dest="research_stage",
+        default=None,
+        metavar="NAME",
+        help="run the items of one research stage, behind its committed approval record",
+    )
+    group.addoption(
+        RUN_ID_OPTION,
+        dest="prereg_run_id",
+        default=None,
+        metavar="RUN_ID",
+        help="the approved run id to use (default: the stage's only unspent approval)",
+    )
+    group.addoption(
+        LIST_OPTION,
+        dest="prereg_list_items",
+        default=None,
+        metavar="PATH",
+        help=argparse.SUPPRESS,  # internal: the controller's clean listing of a stage's items
+    )
+    group.addoption(
+        hermetic.CHECKOUT_OPTION,
+        dest="prereg_checkout",
+        default=None,
+        metavar="PATH",
+        help=argparse.SUPPRESS,  # internal: a hermetic session's checkout (prereg.hermetic)
+    )
+    parser.addini("prereg_plans", type="linelist", help="plan files whose stages are known")
+    parser.addini("prereg_research_paths", type="linelist", help="folders holding research stages")
+
+
+def known_stages(root: Path, config: pytest.Config) -> dict[str, str]:
+    stages: dict[str, str] = {}
+    for rel in config.getini("prereg_plans"):
+        try:
+            plan = load_plan(root / rel)
+        except (OSError, ValueError) as err:
+            raise pytest.UsageError(f"prereg_plans in pytest.ini: {err}") from None
+        for name in plan.stages:
+            stages[name] = rel
+    return stages
+
+
+def project_root(config: pytest.Config) -> Path:
+    """The checkout of this run (its ``runs/``, caches and git), wherever the code runs from:
+    a research run's code runs from a snapshot, whose folder is ``config.rootpath``."""
+    return config.stash[SETTINGS].project
+
+
+def stage_plan(config: pytest.Config) -> Plan:
+    """The approved plan of this research run (for ``pytest_generate_tests`` in experiments)."""
+    settings = config.stash[SETTINGS]
+    if not settings.research:
+        raise RuntimeError("stage_plan() is only available in a research run")
+    return load_plan(Path(settings.root) / settings.plan_path)
+
+
+def stage_inputs(config: pytest.Config) -> dict[str, Path]:
+    """The inputs this research run's approval binds, by name (``prereg approve --input``),
+    each re-hashed against the approval now: an input edited after the gate is refused."""
+    settings = config.stash[SETTINGS]
+    if not settings.research:
+        raise RuntimeError("stage_inputs() is only available in a research run")
+    return verified_inputs(settings)
+
+
+class InputChanged(RuntimeError):
+    """A bound input no longer matches the approval (edited after the gate passed)."""
+
+
+def verified_inputs(settings: Settings) -> dict[str, Path]:
+    bound = settings.inputs or {}
+    problems = approvals.input_problems(bound)
+    if problems:
+        raise InputChanged(
+            "; ".join(problems) + f"; the run {settings.run_id} cannot use it: restore the "
+            "approved input (the run ends incomplete), or approve the new input under a new run id"
+        )
+    return {name: Path(entry["path"]) for name, entry in bound.items()}
+
+
+def worker_settings(config: pytest.Config) -> Settings:
+    """An xdist worker's settings: the controller's, in the worker's own checkout (a remote
+    worker's differs from the controller's)."""
+    root = Path(config.rootpath)
+    data = config.workerinput.get(PROPERTY)
+    settings = Settings(**{**data, "root": str(root)}) if data else Settings(root=str(root))
+    if settings.ship_outputs:  # a remote worker: its own checkout, and its snapshot if any
+        ran_from = config.workerinput.get(PROVED_SNAPSHOT)
+        own = config.workerinput.get(PROVED_CHECKOUT) if ran_from else None
+        settings = Settings(**{**asdict(settings), "checkout": own})
+    if settings.research:
+        provenance.set_thread_environment(settings.threads)  # remote workers inherit none
+    return settings
+
+
+def resolve_research_run(config: pytest.Config, root: Path, listing: bool = False) -> Settings:
+    """The run asked for: ``root`` holds the code (a session's snapshot), the approval and
+    the run folder belong to the checkout (``--prereg-checkout``, else ``root``)."""
+    checkout = Path(config.option.prereg_checkout or root)
+    stage = config.option.research_stage
+    run_id = config.option.prereg_run_id
+    known = known_stages(root, config)
+    if stage not in known:
+        raise pytest.UsageError(
+            f"unknown research stage {stage!r}; known stages: {', '.join(sorted(known)) or 'none'} "
+            "(from prereg_plans in pytest.ini)"
+        )
+    refused = options.refused_options(
+        config.option,
+        rootpath=root,
+        args_from_command_line=config.args_source == pytest.Config.ArgsSource.ARGS,
+        typed=[
+            *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
+            *config.getini("addopts"),
+            *config.invocation_params.args,
+        ],
+        installed_plugins=hermetic.installed_plugins(),
+    )
+    if not listing and refused:
+        raise pytest.UsageError(options.refusal_message(stage, refused))
+    try:
+        record = approvals.find_approval(checkout, stage, run_id)
+    except (approvals.ApprovalError, ValueError) as err:
+        if run_id is not None and not listing:
+            approvals.write_refusal(
+                checkout, None, stage, run_id, [approvals.Refusal("approval", str(err))]
+            )
+        raise pytest.UsageError(f"research stage {stage} refused: {err}") from None
+    plan_path = record.data["plan"]["path"]
+    try:
+        plan = load_plan(root / plan_path)
+        spec = plan.stage(stage)
+    except (ValueError, KeyError, FileNotFoundError) as err:
+        raise pytest.UsageError(f"research stage {stage} refused: {err}") from None
+    threads = spec["threads_per_worker"]
+    provenance.set_thread_environment(threads)  # inherited by xdist workers started later
+    if not listing:
+        config.option.xmlpath = str(RunLayout(checkout, record.run_id).junit)
+    return Settings(
+        root=str(root),
+        checkout=str(checkout) if checkout != root else None,
+        stage=stage,
+        run_id=record.run_id,
+        approval_path=str(record.path),
+        plan_path=plan_path,
+        plan_sha256=record.data["plan"]["sha256"],
+        module=spec["module"],
+        threads=threads,
+        seed_namespace=spec.get("seed_namespace"),
+        inputs=record.data["inputs"],
+        required_runs={stage: bound["run_id"] for stage, bound in record.data["requires"].items()},
+    )

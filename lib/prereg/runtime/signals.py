@@ -1,0 +1,59 @@
+"""Signal handling of a research run: SIGTERM and SIGHUP end it as an interruption (the
+manifest is written), and while the manifest is written every ending signal is noted, not
+obeyed."""
+
+from __future__ import annotations
+
+import signal
+
+# Signals that end a run from outside; each ends it as an interruption, manifest written.
+ENDING_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+def install_signal_handlers() -> dict:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt naming themselves; returns what to restore.
+
+    A signal the run was started ignoring stays ignored: ``nohup pytest --research-stage=...``
+    asks that a closed terminal (SIGHUP) not end the run."""
+    saved = {}
+    for name in ENDING_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) is not signal.SIG_IGN:
+            saved[number] = signal.signal(number, _raise_keyboard_interrupt)
+    return saved
+
+
+def end_on_sigterm() -> None:
+    """From now on SIGTERM raises KeyboardInterrupt naming itself."""
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name} received (signal {signum})")
+
+
+def defer_signals(late: list[str]) -> dict:
+    """While the manifest is written, SIGINT, SIGTERM and SIGHUP are noted, not obeyed."""
+
+    def note(signum, frame):
+        late.append(
+            f"{signal.Signals(signum).name} arrived while the manifest was written; noted, not obeyed"
+        )
+
+    saved = {}
+    for name in ("SIGINT", *ENDING_SIGNALS):
+        number = getattr(signal, name, None)
+        if number is not None:
+            try:
+                saved[number] = signal.signal(number, note)
+            except ValueError:  # not the main thread: nothing to defer
+                pass
+    return saved
+
+
+def restore_signals(saved: dict) -> None:
+    for number, handler in saved.items():
+        try:
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+        except ValueError:
+            pass
