@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from prereg import remote
+from prereg import snapshot as snapshots
 from prereg.testing import (
     SocketHost,
     ToyRepo,
@@ -157,7 +158,7 @@ from prereg import remote
 remote.enter({str(checkout)!r}, {str(snap)!r})
 open({str(checkout / "src/pkg/__init__.py")!r}, "w").write("WHERE = 'edited'")
 import pkg
-print(pkg.WHERE, pkg.__file__, os.getcwd())
+print(pkg.WHERE, pkg.__file__, os.getcwd(), os.environ["HYPOTHESIS_STORAGE_DIRECTORY"], sys.dont_write_bytecode)
 print([p for p in sys.path if p.startswith({str(tmp_path)!r})])
 """
     done = subprocess.run(
@@ -165,7 +166,8 @@ print([p for p in sys.path if p.startswith({str(tmp_path)!r})])
     )
     assert done.returncode == 0, done.stderr
     first, second = done.stdout.splitlines()
-    assert first == f"approved {snap / 'src/pkg/__init__.py'} {snap}"
+    hypothesis = snapshots.scratch(snap) / "hypothesis"  # its cache never enters the snapshot
+    assert first == f"approved {snap / 'src/pkg/__init__.py'} {snap} {hypothesis} True"
     # "" (python -c: the current folder, the checkout) becomes the snapshot itself
     assert ast.literal_eval(second) == [str(snap / "src"), str(snap / "tools"), str(snap)]
     assert not snap.exists()  # deleted when the interpreter exited

@@ -83,8 +83,12 @@ def session_environment(folder: Path, environ: dict[str, str] | None = None) -> 
     would otherwise write ``.hypothesis/`` into the snapshot and change its tree."""
     environ = os.environ if environ is None else environ
     kept = {name: environ[name] for name in PASSED_VARIABLES if name in environ}
-    caches = {name: str(snapshot.scratch(folder) / sub) for name, sub in CACHE_VARIABLES.items()}
-    return {**kept, **SESSION_VARIABLES, **caches}
+    return {**kept, **SESSION_VARIABLES, **cache_variables(folder)}
+
+
+def cache_variables(folder: Path) -> dict[str, str]:
+    """:data:`CACHE_VARIABLES`, each pointing into the scratch folder beside ``folder``."""
+    return {name: str(snapshot.scratch(folder) / sub) for name, sub in CACHE_VARIABLES.items()}
 
 
 def installed_plugins() -> frozenset[str]:
@@ -150,19 +154,29 @@ def command(
 
 
 # Options naming a file or folder pytest writes: a relative one would resolve in the
-# read-only snapshot, so the session is given it resolved against the launcher's folder.
+# snapshot, so the session is given it resolved against the launcher's folder.
 OUTPUT_OPTIONS = {"basetemp": "--basetemp", "log_file": "--log-file", "debug": "--debug"}
+# Of those, the ones an ini file may set too (pytest reads the option, else the ini value).
+OUTPUT_INIS = ("log_file",)
 
 
-def output_arguments(option: object, cwd: Path) -> list[str]:
-    """``--basetemp=/abs`` etc. for each output option of ``option`` (pytest's parsed
-    options) given as a relative path, resolved against ``cwd`` (given last, they win)."""
-    args = []
-    for dest, spelling in OUTPUT_OPTIONS.items():
-        value = getattr(option, dest, None)
-        if isinstance(value, (str, os.PathLike)) and not os.path.isabs(value):
-            args.append(f"{spelling}={Path(cwd, value)}")
-    return args
+def output_values(config) -> dict[str, object]:
+    """Each output option's value as the session would use it: the command line's (or
+    ``PYTEST_ADDOPTS``'), else the ini file's."""
+    values = {dest: config.getoption(dest, None) for dest in OUTPUT_OPTIONS}
+    for dest in OUTPUT_INIS:
+        values[dest] = values[dest] or config.getini(dest) or None
+    return values
+
+
+def output_arguments(values: dict[str, object], cwd: Path) -> list[str]:
+    """``--basetemp=/abs`` etc. for each of ``values`` (:func:`output_values`) that is a
+    relative path, resolved against ``cwd`` (given last, they win)."""
+    return [
+        f"{OUTPUT_OPTIONS[dest]}={Path(cwd, value)}"
+        for dest, value in values.items()
+        if isinstance(value, (str, os.PathLike)) and not os.path.isabs(value)
+    ]
 
 
 def exec_session(argv: list[str], *, cwd: Path, env: dict[str, str], handoff: bool) -> None:

@@ -59,7 +59,7 @@ import sys
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from prereg import execution, gate, gitrepo, provenance
+from prereg import execution, gate, gitrepo, hermetic, provenance
 from prereg import snapshot as snapshots
 from prereg.hashing import read_json
 
@@ -269,8 +269,9 @@ def enter(top: Path, folder: Path) -> None:
     """Make this interpreter run from the snapshot ``folder`` of the checkout ``top``: the
     current folder, every ``sys.path`` entry inside the checkout (translated to the same
     place in the snapshot, dropped when the snapshot has none), and the modules already
-    loaded from the checkout (forgotten, so they load again from the snapshot). The
-    snapshot is deleted when the interpreter exits."""
+    loaded from the checkout (forgotten, so they load again from the snapshot). Caches
+    libraries keep in the current folder go beside it, as in a session. The snapshot is
+    deleted when the interpreter exits."""
     top, folder = Path(top).resolve(), Path(folder)
 
     def inside(path: str) -> Path | None:
@@ -297,6 +298,8 @@ def enter(top: Path, folder: Path) -> None:
             if home not in entries:
                 entries.insert(0, home)
     sys.path[:] = entries
+    os.environ.update(hermetic.cache_variables(folder))  # hypothesis: never into the snapshot
+    sys.dont_write_bytecode = True  # nor __pycache__ (a session runs with python -B)
     os.chdir(folder)
     atexit.register(snapshots.remove, folder)
 
