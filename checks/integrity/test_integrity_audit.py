@@ -231,6 +231,16 @@ def _edit_manifest(toy: ToyRepo, change) -> Path:
             lambda m: m["items"].pop(),
             ["items.jsonl line", "is not in manifest.json field items"],
         ),
+        (
+            "execution_at_end (dropped)",
+            lambda m: m["environment"].pop("execution_at_end"),
+            ["environment.execution_at_end is missing or not a list of strings"],
+        ),
+        (
+            "execution_at_end (a problem)",
+            lambda m: m["environment"].update(execution_at_end=["loaded code x from /x ..."]),
+            ["manifest.json: environment.execution_at_end: loaded code x from /x ..."],
+        ),
     ],
 )
 def test_each_manifest_field_edit_is_a_finding_naming_the_field(

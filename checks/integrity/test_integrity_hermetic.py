@@ -443,6 +443,23 @@ def test_code_a_stage_module_imports_from_outside_the_snapshot_at_collection_is_
     assert not ledger.is_spent(toy.root, RUN)
 
 
+def test_a_relative_log_file_in_pytest_ini_is_written_beside_the_checkout_not_in_the_snapshot(
+    tmp_path,
+):
+    """``log_file = ../run.log`` in pytest.ini: pytest resolves it against the current folder;
+    in the session that is the snapshot (``run.log`` would land inside it and end the run
+    incomplete), so the launcher passes it resolved against its own folder."""
+    toy = _probe_repo(tmp_path / "p")
+    ini = toy.root / "pytest.ini"
+    ini.write_text(ini.read_text().replace("[pytest]\n", "[pytest]\nlog_file = ../run.log\n", 1))
+    toy.commit("Log to a file")
+    toy.approve("toy", "toy-20261201-002")
+    done = toy.pytest("--research-stage=toy", "--run-id=toy-20261201-002")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert toy.manifest("toy-20261201-002")["status"] == "complete"
+    assert (tmp_path / "run.log").is_file()
+
+
 def test_relative_output_paths_typed_in_a_subfolder_land_outside_the_snapshot(tmp_path):
     """Started in ``experiments/`` with a relative ``--basetemp`` and ``--debug`` file: the
     files pytest writes land where they would without a snapshot (which is read-only)."""
@@ -472,8 +489,9 @@ def test_relative_output_paths_typed_in_a_subfolder_land_outside_the_snapshot(tm
 def test_only_relative_output_paths_are_resolved_against_the_launchers_folder(value, absolute):
     if isinstance(value, str) and absolute:
         value = "/" + value
-    option = type("Option", (), {"basetemp": value, "log_file": None, "debug": None})()
-    args = hermetic.output_arguments(option, Path("/launcher"))
+    args = hermetic.output_arguments(
+        {"basetemp": value, "log_file": None, "debug": None}, Path("/launcher")
+    )
     if isinstance(value, str) and not absolute:
         assert args == [f"--basetemp={Path('/launcher', value)}"]
     else:

@@ -64,7 +64,9 @@ def launch(config: pytest.Config) -> None:
             folder=snapshot.folder,
             args=[
                 *config.invocation_params.args,
-                *hermetic.output_arguments(config.option, config.invocation_params.dir),
+                *hermetic.output_arguments(
+                    hermetic.output_values(config), config.invocation_params.dir
+                ),
             ],
             plugins=hermetic.plugin_arguments(loaded, blocked),
             addopts=os.environ.get("PYTEST_ADDOPTS"),
