@@ -260,6 +260,33 @@ def test_a_materialised_snapshot_recomputes_to_the_commits_tree(tmp_path_factory
     assert not made.folder.exists()
 
 
+def test_committed_files_of_a_sha256_repository_are_accounted_for(tmp_path):
+    """The execution check compares a loaded file with its blob id in the repository's own
+    object format (a SHA-1 id would call every file of a sha256 repository changed), in a
+    checkout and in a snapshot of it alike."""
+    from prereg import execution
+
+    root = tmp_path / "r"
+    root.mkdir()
+    gitrepo.git(root, "init", "-q", "--object-format=sha256")
+    gitrepo.git(root, "config", "user.email", "r@example.org")
+    gitrepo.git(root, "config", "user.name", "R")
+    (root / "stage.py").write_text("x = 1\n")
+    commit = _commit(root)
+    checkout = execution.Checkout.read(root, strict=True)
+    assert checkout.algorithm == "sha256"
+    assert checkout.check(str((root / "stage.py").resolve())) is None
+    made = snapshots.materialise(root, commit)
+    try:
+        proved = snapshots.prove(made.folder, commit, "sha256")
+        env = execution.Environment.read(made.folder, proved)
+        assert env.account(str((made.folder / "stage.py").resolve())) is None
+    finally:
+        snapshots.remove(made.folder)
+    (root / "stage.py").write_text("x = 2\n")
+    assert "differs from the committed file" in checkout.check(str((root / "stage.py").resolve()))
+
+
 def test_a_committed_symbolic_link_is_refused_and_nothing_is_left(tmp_path):
     root = _repo(tmp_path / "r")
     (root / "real.py").write_text("x = 1\n")

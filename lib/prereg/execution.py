@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import hashlib
 import importlib.machinery
 import importlib.metadata
 import importlib.util
@@ -102,9 +101,10 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def _git_blob(path: str) -> str:
-    data = Path(path).read_bytes()
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+def _git_blob(path: str, algorithm: str) -> str:
+    from prereg import gitrepo
+
+    return gitrepo.object_id("blob", Path(path).read_bytes(), algorithm)
 
 
 def site_dirs() -> list[str]:
@@ -224,6 +224,7 @@ class Checkout:
     others: list[str]  # untracked or ignored entries, folders ending in "/"
     ignored: list[str]  # ignored entries only
     strict: bool  # the approved checkout (True) or an editable install's (False)
+    algorithm: str = "sha1"  # the repository's object format, which the blob ids use
 
     @classmethod
     def read(cls, folder: str | os.PathLike, *, strict: bool) -> Checkout | None:
@@ -251,6 +252,7 @@ class Checkout:
             others=[p for p in others if p],
             ignored=[p for p in (ignored or "").split("\0") if p],
             strict=strict,
+            algorithm=gitrepo.object_format(Path(top.strip())),
         )
 
     def relative(self, path: str) -> str | None:
@@ -265,7 +267,7 @@ class Checkout:
         """Why ``path`` (inside this checkout) may not run, or None."""
         rel = self.relative(path)
         if rel in self.blobs:
-            if self.strict and _git_blob(path) != self.blobs[rel]:
+            if self.strict and _git_blob(path, self.algorithm) != self.blobs[rel]:
                 return "differs from the committed file: commit it or restore it"
             return None
         if self.strict or self.is_ignored(rel):
@@ -278,7 +280,7 @@ class Checkout:
         out = []
         for path in sorted(paths):
             rel = self.relative(path)
-            if rel is not None and (rel not in self.blobs or _git_blob(path) != self.blobs[rel]):
+            if rel is not None and (rel not in self.blobs or _git_blob(path, self.algorithm) != self.blobs[rel]):
                 out.append({"file": rel, "sha256": sha256_file(path)})
         return out
 
@@ -338,7 +340,7 @@ class Environment:
         if snapshot is not None:
             top = Checkout(
                 top=_real(snapshot.folder), blobs=dict(snapshot.blobs), others=[], ignored=[],
-                strict=True,
+                strict=True, algorithm=snapshot.algorithm,
             )  # fmt: skip
         else:
             top = Checkout.read(root, strict=True)

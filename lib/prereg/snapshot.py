@@ -41,6 +41,7 @@ class Snapshot:
     commit: str
     tree: str  # the commit's tree id, equal to read_folder(folder)[0] when written
     blobs: dict[str, str] = field(default_factory=dict)  # relative posix path -> blob id
+    algorithm: str = "sha1"  # the object format of the ids
 
 
 def materialise(root: Path, commit: str, parent: Path | None = None) -> Snapshot:
@@ -50,6 +51,7 @@ def materialise(root: Path, commit: str, parent: Path | None = None) -> Snapshot
     folders: list[Path] = []
     try:
         with gitrepo.ObjectReader(root) as objects:
+            algorithm = objects.algorithm
             tree = objects.commit_tree(commit)
             pending = [(tree, folder, "")]
             while pending:
@@ -73,7 +75,7 @@ def materialise(root: Path, commit: str, parent: Path | None = None) -> Snapshot
     except BaseException:
         remove(folder)
         raise
-    return Snapshot(folder=folder, commit=commit, tree=tree, blobs=blobs)
+    return Snapshot(folder=folder, commit=commit, tree=tree, blobs=blobs, algorithm=algorithm)
 
 
 def irregular_entry(rel: str, mode: str, commit: str) -> str:
@@ -135,7 +137,7 @@ def prove(folder: Path, commit: str, algorithm: str = "sha1") -> Snapshot:
     if (folder / ".git").exists() or not folder.name.startswith(PREFIX):
         return Snapshot(folder=folder, commit=commit, tree=NOT_A_SNAPSHOT)
     tree, blobs = read_folder(folder, algorithm)
-    return Snapshot(folder=folder, commit=commit, tree=tree, blobs=blobs)
+    return Snapshot(folder=folder, commit=commit, tree=tree, blobs=blobs, algorithm=algorithm)
 
 
 def differences(folder: Path, root: Path, commit: str) -> list[str]:
