@@ -144,7 +144,7 @@ def test_a_snapshot_changed_during_the_run_ends_it_incomplete_and_is_an_audit_fi
     assert any("changed during the run" in r for r in manifest["incomplete_reasons"])
     audit = toy.audit(RUN)
     assert audit.returncode == 1, audit.stdout
-    assert "environment.snapshot.tree_at_end" in audit.stdout
+    assert "environment.snapshot.tree_at_end: the snapshot the run executed changed" in audit.stdout
 
 
 def test_breakpoint_in_an_item_refuses_instead_of_prompting(tmp_path):

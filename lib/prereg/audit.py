@@ -912,16 +912,21 @@ def check_execution(ev: Evidence) -> list[str]:
             "--research-stage=NAME` always records one)"
         )
     elif ev.source_tree is not None:
-        for key in ("tree", "tree_at_end"):
-            facts = gate.Facts(
-                stage=str((ev.manifest or {}).get("stage")),
-                record=ev.approval or {},
-                record_rel="",
-                snapshot_tree=str(snapshot.get(key)),
-                source_tree=ev.source_tree,
+        facts = gate.Facts(
+            stage=str((ev.manifest or {}).get("stage")),
+            record=ev.approval or {},
+            record_rel="",
+            snapshot_tree=str(snapshot.get("tree")),
+            source_tree=ev.source_tree,
+        )
+        for refusal in gate.hermetic(facts):
+            found.append(f"{MANIFEST}: environment.snapshot.tree: {refusal.message}")
+        if snapshot.get("tree_at_end") != snapshot.get("tree"):
+            found.append(
+                f"{MANIFEST}: environment.snapshot.tree_at_end: the snapshot the run executed "
+                f"changed during the run (tree {_short(snapshot.get('tree'))} at the start, "
+                f"{_short(snapshot.get('tree_at_end'))} at the end): what ran is unknown"
             )
-            for refusal in gate.hermetic(facts):
-                found.append(f"{MANIFEST}: environment.snapshot.{key}: {refusal.message}")
     record = _execution_record(ev)
     if record is not None and ev.committed_sha256 is not None:
         for problem in execution.recorded_problems(record, ev.committed_sha256.get):

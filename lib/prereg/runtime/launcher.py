@@ -47,13 +47,13 @@ def launch(config: pytest.Config) -> None:
     root = Path(config.rootpath)
     settings = resolve_research_run(config, root)
     launcher = Controller(config, settings)
-    launcher.check_gate()
+    approved = launcher.check_gate().facts.head  # the commit the gate judged, and no other
     checkout = Path(gitrepo.toplevel(root))
     handoff = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     if handoff:  # a SIGTERM from now on leaves no snapshot behind
         end_on_sigterm()
     try:
-        snapshot = snapshots.materialise(checkout, gitrepo.head_commit(checkout))
+        snapshot = snapshots.materialise(checkout, approved)
     except (snapshots.SnapshotError, gitrepo.GitError, OSError) as err:
         launcher.refuse([gate.Refusal("hermetic", f"the approved commit cannot be run: {err}")])
     try:
