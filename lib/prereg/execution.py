@@ -280,7 +280,9 @@ class Checkout:
         out = []
         for path in sorted(paths):
             rel = self.relative(path)
-            if rel is not None and (rel not in self.blobs or _git_blob(path, self.algorithm) != self.blobs[rel]):
+            if rel is not None and (
+                rel not in self.blobs or _git_blob(path, self.algorithm) != self.blobs[rel]
+            ):
                 out.append({"file": rel, "sha256": sha256_file(path)})
         return out
 

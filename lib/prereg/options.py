@@ -6,8 +6,8 @@ runs them otherwise than the stage's clean listing does (``--import-mode=importl
 disabled pytest plugin) or lets code typed at a debugger prompt run inside it (``--pdb``) is
 refused before its run id is spent. :func:`refused_options` reads plain values (pytest's
 option namespace, the root folder, where the path arguments came from), so it imports no
-pytest; ``prereg.plugin`` calls it and raises pytest's usage error with
-:func:`refusal_message`.
+pytest; :func:`prereg.runtime.settings.resolve_research_run` calls it and raises pytest's
+usage error with :func:`refusal_message`.
 
 Option names shown are command-line spellings (``-k``, ``--collect-only``), never pytest's
 internal names (``keyword``, ``collectonly``): :data:`REFUSED` maps each of those to its
@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from prereg.runs import NOTHING_SPENT
 
 STAGE_OPTION = "--research-stage"
 DEFAULT_IMPORT_MODE = "prepend"
@@ -306,7 +308,7 @@ def typed_spelling(spellings: Sequence[str], typed: Sequence[str]) -> str:
 def refusal_message(stage: str, refused: Sequence[str]) -> str:
     """The usage error of a research run refused for its options: each of them and the fix."""
     return (
-        f"research stage {stage} refused before any item ran (this refusal spent no run id): a "
+        f"research stage {stage} refused before any item ran ({NOTHING_SPENT}): a "
         "research stage runs whole, once, and only its approved code runs inside it, so:\n  "
         + "\n  ".join(refused)
         + "\n"

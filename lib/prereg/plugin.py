@@ -1,10 +1,12 @@
 """pytest glue: ``--research-stage``, deselection, the gate and the run manifest.
 
 Software runs (no ``--research-stage``) never collect the research folders and
-deselect any item marked ``research_stage``. A research run resolves its approval,
-passes the gate on the controller in ``pytest_sessionstart`` (before xdist starts
-workers, and before any item), runs exactly the stage's items and writes the manifest
-from the controller. See README.md, "For researchers".
+deselect any item marked ``research_stage``. ``pytest --research-stage=S`` is a launcher:
+it resolves the approval, passes the gate and replaces itself with a hermetic session run
+from a snapshot of the approved commit, which passes the gate again in
+``pytest_sessionstart`` (before xdist starts workers, and before any item), spends the run
+id, runs exactly the stage's items and writes the manifest. See README.md, "For
+researchers".
 
 This module is the table of prereg's pytest hooks and fixtures; each delegates to
 :mod:`prereg.runtime`:
@@ -42,52 +44,9 @@ from prereg.context import ItemContext
 from prereg.runtime import collection, launcher
 from prereg.runtime import items as item_side
 from prereg.runtime import settings as run_settings
-from prereg.runtime.controller import GIT_FIX, Controller
-from prereg.runtime.settings import (
-    CODE,
-    ITEM_RECORD,
-    LIST_OPTION,
-    LISTING_DROPS,
-    PEAK,
-    PROPERTY,
-    PROVED_CHECKOUT,
-    PROVED_SNAPSHOT,
-    RUN_ID_OPTION,
-    SETTINGS,
-    SHIPPED,
-    STAGE_OPTION,
-    InputChanged,
-    Settings,
-    known_stages,
-    project_root,
-    stage_inputs,
-    stage_plan,
-)
-from prereg.runtime.signals import ENDING_SIGNALS
+from prereg.runtime.settings import project_root, stage_inputs, stage_plan
 
-__all__ = [
-    "CODE",
-    "ENDING_SIGNALS",
-    "GIT_FIX",
-    "ITEM_RECORD",
-    "LISTING_DROPS",
-    "LIST_OPTION",
-    "PEAK",
-    "PROPERTY",
-    "PROVED_CHECKOUT",
-    "PROVED_SNAPSHOT",
-    "RUN_ID_OPTION",
-    "SETTINGS",
-    "SHIPPED",
-    "STAGE_OPTION",
-    "Controller",
-    "InputChanged",
-    "Settings",
-    "known_stages",
-    "project_root",
-    "stage_inputs",
-    "stage_plan",
-]
+__all__ = ["project_root", "stage_inputs", "stage_plan"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -241,23 +241,26 @@ def has_started(root: Path, run_id: str) -> bool:
     return RunLayout(root, run_id).start.exists()
 
 
+NOTHING_SPENT = "this refusal spent no run id"
+
+
 def refusal_note(root: Path, run_id: str | None) -> str:
     """What a refusal says of its run id: refusing spends none, and a run id an earlier run
     spent (git records its start, or ``runs/<run-id>/start.json`` exists) stays spent."""
     from prereg import gitrepo, ledger
 
     if not valid_run_id(run_id):
-        return "this refusal spent no run id"
+        return NOTHING_SPENT
     try:
         spent = has_started(root, run_id) or ledger.is_spent(root, run_id)
     except (gitrepo.GitError, OSError):
-        return "this refusal spent no run id"
+        return NOTHING_SPENT
     if spent:
         return (
             f"this refusal spent nothing; run id {run_id} was spent by an earlier run and "
             "cannot run again"
         )
-    return "the run id is not spent"
+    return NOTHING_SPENT
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ def entry_point_plugins(
     config: pytest.Config, locked: dict | None = None
 ) -> tuple[list[str], list[str]]:
     """The installed (``pytest11``) plugins loaded here by their entry-point names, and the
-    names blocked with ``-p no:NAME``. With ``locked`` (the approval's environment lock:
-    name -> version), only plugins of distributions it holds at that version count: one
+    names blocked with ``-p no:NAME``. With ``locked`` (the distributions of the approval's
+    environment lock: normalised name -> its entry), only plugins of distributions it holds at that version count: one
     installed after approval is never loaded by a session (and the gate refuses it)."""
     manager = config.pluginmanager
     loaded = [

@@ -19,7 +19,7 @@ from prereg import hermetic, options, provenance
 from prereg.plans import Plan, load_plan
 from prereg.runs import RunLayout
 
-STAGE_OPTION = "--research-stage"
+STAGE_OPTION = options.STAGE_OPTION
 RUN_ID_OPTION = "--run-id"
 LIST_OPTION = "--prereg-list-items"
 PROPERTY = "prereg"
