@@ -811,15 +811,21 @@ def _worker_problems(plugins: list[tuple[str, object]]) -> list[str]:
 
 
 def problems(
-    root: Path, plugins: list[tuple[str, object]], *, worker: bool = False, snapshot=None
+    root: Path,
+    plugins: list[tuple[str, object]],
+    *,
+    worker: bool = False,
+    snapshot=None,
+    env: Environment | None = None,
 ) -> list[str]:
     """Each way this process's code escapes the approved checkout and recorded packages.
 
     ``plugins`` is ``config.pluginmanager.list_name_plugin()``. Each string names the file
     and says what to do. ``worker``: an xdist worker, whose ``__main__`` is execnet's
-    bootstrap (code given on its command line by xdist, a recorded package).
+    bootstrap (code given on its command line by xdist, a recorded package). ``env``: the
+    :meth:`Environment.read` of ``root`` and ``snapshot`` when the caller has it already.
     """
-    env = Environment.read(Path(root), snapshot)
+    env = env or Environment.read(Path(root), snapshot)
     if env.root is None:
         return [f"{root} is not a git checkout: nothing approves the code that would run"]
     found = []
@@ -849,14 +855,16 @@ def _file_record(path: str | None, env: Environment) -> dict | None:
     return {"file": _show(path, env), "sha256": sha256_file(path)}
 
 
-def record(root: Path, plugins: list[tuple[str, object]], snapshot=None) -> dict:
+def record(
+    root: Path, plugins: list[tuple[str, object]], snapshot=None, env: Environment | None = None
+) -> dict:
     """What the manifest records of the execution environment.
 
     The variables that change what pytest loads, every loaded pytest plugin (module, file,
     SHA-256), ``sitecustomize``/``usercustomize`` when loaded, and each editable install
     outside the checkout: its git commit and the loaded files that differ from it.
     """
-    env = Environment.read(Path(root), snapshot)
+    env = env or Environment.read(Path(root), snapshot)
     plugin_records = []
     for name, plugin in plugins:
         if plugin is None:

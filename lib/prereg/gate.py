@@ -451,6 +451,7 @@ def gather(
     except gitrepo.GitError as err:  # a corrupt object: refuse, do not crash
         history, dirty, irregular = (f"git cannot read {root}'s objects intact: {err}",), (), ()
     code = Path(snapshot.folder) if snapshot is not None else root
+    environment = execution.Environment.read(code, snapshot)  # the checks and the record
     plan_file = code / record["plan"]["path"]
     plan, plan_problem, plan_sha = None, None, None
     if plan_file.is_file():
@@ -523,7 +524,7 @@ def gather(
             if namespace is not None and a.data["seed_namespace"] == namespace and a.stage != stage
         ),
         deviations_now=tuple(deviations_now),
-        execution_problems=tuple(execution.problems(code, plugins or [], snapshot=snapshot)),
+        execution_problems=tuple(execution.problems(code, plugins or [], env=environment)),
         input_problems=tuple(problems),
         environment_lock_now=None if at_approval else envlock.lock(),
         irregular=irregular,
@@ -539,11 +540,9 @@ def gather(
     )
     executed = None
     if snapshot is not None:
-        code_files = Path(snapshot.folder)
-        executed = execution.record(code, plugins or [], snapshot=snapshot)
+        executed = execution.record(code, plugins or [], env=environment)
         recorded = execution.recorded_problems(
-            executed,
-            lambda rel: sha256_file(code_files / rel) if rel in snapshot.blobs else None,
+            executed, lambda rel: sha256_file(code / rel) if rel in snapshot.blobs else None
         )
         facts = replace(
             facts,
