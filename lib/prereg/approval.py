@@ -21,6 +21,7 @@ from prereg.hashing import read_json, sha256_file, write_json
 from prereg.plans import load_plan, validate_stage
 from prereg.runs import (
     COMPLETE,
+    STAGE_NAME,
     RunFolder,
     RunIdError,
     RunLayout,
@@ -373,7 +374,7 @@ def write_refusal(
     """Record a refusal under runs/refusals/ (it does not spend the run id)."""
     now = datetime.now(timezone.utc)
     label = run_id if valid_run_id(run_id) else "invalid-run-id" if run_id else stage
-    if not re.fullmatch(r"[a-z][a-z0-9-]*(-[0-9]{8}-[0-9]{3})?", label):
+    if not re.fullmatch(rf"{STAGE_NAME}(-[0-9]{{8}}-[0-9]{{3}})?", label):
         label = "unknown-stage"
     name = f"{label}-{now.strftime('%Y%m%dT%H%M%S%fZ')}.json"
     path = contained(root, refusals_dir(root) / name)

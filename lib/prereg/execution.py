@@ -93,6 +93,10 @@ FOLDER_MARKERS = ("__init__.py", "conftest.py")
 # -- facts about the environment ------------------------------------------------------------
 
 
+# Folders of installed packages: an absolute plugin file below one was installed by pip.
+INSTALLED_FOLDERS = ("site-packages", "dist-packages")
+
+
 def _real(path: str | os.PathLike) -> str:
     return os.path.realpath(os.fspath(path))
 
@@ -131,7 +135,7 @@ def stdlib_dirs() -> list[str]:
 
 def _in_stdlib(path: str, stdlib: list[str]) -> bool:
     parts = set(Path(path).parts)
-    if parts & {"site-packages", "dist-packages"}:
+    if parts & set(INSTALLED_FOLDERS):
         return False
     return any(_under(path, d) for d in stdlib)
 
@@ -921,10 +925,6 @@ def record(
         },
         "editable": editable,
     }
-
-
-# Folders of installed packages: an absolute plugin file below one was installed by pip.
-INSTALLED_FOLDERS = ("site-packages", "dist-packages")
 
 
 def recorded_problems(record: dict, committed_sha256) -> list[str]:
