@@ -115,3 +115,27 @@ def test_an_installed_copy_of_a_project_kind_is_refused(site, monkeypatch):
     monkeypatch.delitem(sys.modules, "stalekind", raising=False)
     with pytest.raises(stages.UnknownStageKind, match="an installed package, not the project"):
         stages.load_kind("stalekind:KIND")
+
+
+def test_a_kind_found_through_a_pythonpath_outside_the_checkout_is_refused_at_approve(tmp_path):
+    """``pythonpath = ../elsewhere``: the kind would come from code no commit holds."""
+    toy = _project(tmp_path)
+    elsewhere = tmp_path / "elsewhere" / "mylab"
+    elsewhere.mkdir(parents=True)
+    for name in ("__init__.py", "kind.py"):
+        (elsewhere / name).write_text((toy.root / "src" / "mylab" / name).read_text())
+    toy.git("rm", "-rq", "src")
+    ini = toy.root / "pytest.ini"
+    ini.write_text(ini.read_text().replace("pythonpath = src", "pythonpath = ../elsewhere"))
+    toy.commit("The kind lives outside the checkout")
+    done = toy.approve("toy", RUN, check=False)
+    assert done.returncode != 0
+    assert f"loaded code mylab.kind from {elsewhere / 'kind.py'} lies outside" in done.stderr
+    assert not (toy.root / "plans" / "approvals" / f"{RUN}.json").exists()
+
+
+def test_an_uncommitted_file_in_the_kinds_package_is_refused_at_approve(tmp_path):
+    toy = _project(tmp_path)
+    (toy.root / "src" / "mylab" / "extra.py").write_text("VALUE = 1\n")
+    done = toy.approve("toy", RUN, check=False)
+    assert done.returncode != 0 and "src/mylab/extra.py" in done.stderr, done.stderr
