@@ -558,7 +558,7 @@ def test_a_failing_build_writes_the_minimal_manifest_naming_the_error(tmp_path):
 def test_a_full_disk_at_the_manifest_leaves_the_smaller_minimal_one_and_no_temporary_file(
     tmp_path, monkeypatch
 ):
-    real = manifest._write_atomic
+    real = manifest.write_atomic
     calls = []
 
     def first_fails(path, data):
@@ -568,7 +568,7 @@ def test_a_full_disk_at_the_manifest_leaves_the_smaller_minimal_one_and_no_tempo
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(path, data)
 
-    monkeypatch.setattr(manifest, "_write_atomic", first_fails)
+    monkeypatch.setattr(manifest, "write_atomic", first_fails)
     data, errors = manifest.write_final(
         tmp_path,
         lambda: {"status": "complete", "budget": {"seconds": math.nan}},

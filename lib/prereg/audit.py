@@ -49,9 +49,12 @@ from prereg.runs import (
     ITEMS_DIR,
     JUNIT,
     MANIFEST,
+    REHEARSAL_NOTE,
+    REHEARSAL_RECORD,
     RUN_ID_PATTERN,
     START_RECORD,
     RunFolder,
+    is_rehearsal,
     valid_run_id,
 )
 from prereg.schema import (
@@ -1543,6 +1546,16 @@ def describe_extensions(extensions: dict | None) -> list[str]:
 def audit_run(root: Path, run_dir: Path, *, replay: bool = True) -> AuditResult:
     """All findings for one run directory; never raises (an empty result: clean)."""
     root, run_dir = Path(root), Path(run_dir)
+    if is_rehearsal(run_dir):
+        return AuditResult(
+            findings=(
+                (
+                    f"{run_dir} holds a rehearsal record ({REHEARSAL_RECORD}, '{REHEARSAL_NOTE}'): "
+                    "a rehearsal is never evidence of a run. Approve the stage and run it, then "
+                    "audit runs/<run-id>"
+                ),
+            ),
+        )
     files = RunFolder(run_dir)
     never_written = not files.start.exists() and not files.manifest.exists()
     if never_written and valid_run_id(run_dir.name):

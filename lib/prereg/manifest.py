@@ -422,11 +422,11 @@ def settle(manifest: dict) -> dict:
 def write_manifest(run_dir: Path, manifest: dict) -> bytes:
     """Write ``manifest.json`` atomically (settled first); return the bytes written."""
     data = canonical_json(settle(manifest)).encode("utf-8")
-    _write_atomic(RunFolder(run_dir).manifest, data)
+    write_atomic(RunFolder(run_dir).manifest, data)
     return data
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
     """Temporary file, fsync, rename: a crash or a full disk leaves no half file behind."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -321,6 +321,19 @@ def allowed_summary(stage: str) -> str:
     return (
         f"Run `pytest {STAGE_OPTION}={stage}` with none of these. Options that change only the "
         "output or pace of a run are fine: -v, -q, -r, -s, --capture, --tb, -l, --color, "
-        "--durations, -x, --maxfail, -n. To look at fixtures, markers or collected items, "
-        f"or to debug, use these options in a software run (without {STAGE_OPTION})."
+        "--durations, -x, --maxfail, -n. To try the stage with any of these (one item, -k, "
+        f"--collect-only, --pdb) without an approval, rehearse it: `pytest {STAGE_OPTION}={stage} "
+        "--rehearse ...` runs it into runs/rehearsals/ (not a run, nothing spent)."
     )
+
+
+def name_value_pairs(values: list[str], option: str) -> dict[str, str]:
+    """``NAME=VALUE`` option values by name (``--input``, ``--use-run`` and their rehearsal
+    forms); a value without a name, an ``=`` or a value raises ``ValueError`` naming it."""
+    pairs = {}
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name or not rest:
+            raise ValueError(f"{option} takes NAME=VALUE, got {value!r}")
+        pairs[name] = rest
+    return pairs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from prereg.hashing import read_json
@@ -295,3 +296,79 @@ def all_runs(root: Path) -> list[RunState]:
     return [
         run_state(p) for p in sorted(base.iterdir()) if p.is_dir() and RunFolder(p).start.exists()
     ]
+
+
+# -- rehearsals: the same code path as a run, without an approval; never a run ----------------
+
+REHEARSAL_RECORD = "rehearsal.json"
+REHEARSAL_PROGRESS = "progress.log"
+# What every rehearsal prints and records: it proves nothing and spends nothing.
+REHEARSAL_NOTE = "rehearsal: not a run, nothing spent"
+
+
+def rehearsals_dir(root: Path) -> Path:
+    """``runs/rehearsals/``: one folder per rehearsal, apart from the run folders."""
+    return runs_dir(root) / "rehearsals"
+
+
+class RehearsalLayout(RunFolder):
+    """Every path of one rehearsal: ``runs/rehearsals/<name>/`` holds its record
+    (``rehearsal.json``, never ``start.json`` or ``manifest.json``), its items' folders,
+    its summary, its JUnit report and its progress log."""
+
+    root: Path
+    name: str
+
+    def __init__(self, root: Path, name: str) -> None:
+        if not re.fullmatch(rf"{STAGE_NAME}-[0-9]{{8}}T[0-9]{{6}}Z(-[0-9]+)?", name):
+            raise RunIdError(f"rehearsal name {name!r} is not <stage>-YYYYMMDDTHHMMSSZ[-N]")
+        self.root = Path(root)
+        self.name = name
+        super().__init__(rehearsals_dir(self.root) / name)
+
+    def __repr__(self) -> str:
+        return f"RehearsalLayout(root={self.root!r}, name={self.name!r})"
+
+    @property
+    def record(self) -> Path:
+        return self.folder / REHEARSAL_RECORD
+
+    @property
+    def progress_log(self) -> Path:
+        return self.folder / REHEARSAL_PROGRESS
+
+    @property
+    def reserve(self) -> Path:
+        return self.folder / "space.reserve"
+
+
+def new_rehearsal_name(root: Path, stage: str, now: datetime | None = None) -> str:
+    """A name no rehearsal folder has yet: ``<stage>-YYYYMMDDTHHMMSSZ``, then ``-2``, ``-3``..."""
+    stamp = f"{stage}-{(now or datetime.now(timezone.utc)):%Y%m%dT%H%M%S}Z"
+    name, n = stamp, 1
+    while (rehearsals_dir(root) / name).exists():
+        n += 1
+        name = f"{stamp}-{n}"
+    return name
+
+
+def is_rehearsal(folder: Path) -> bool:
+    """A rehearsal's folder: it holds a rehearsal record (wherever it was copied to)."""
+    return (Path(folder) / REHEARSAL_RECORD).exists()
+
+
+def all_rehearsals(root: Path) -> list[dict]:
+    """Every rehearsal's record under ``runs/rehearsals/`` (by name); a damaged one says so."""
+    base = rehearsals_dir(root)
+    if not base.is_dir():
+        return []
+    found = []
+    for folder in sorted(p for p in base.iterdir() if p.is_dir()):
+        try:
+            record = read_json(folder / REHEARSAL_RECORD, what="rehearsal record")
+            if not isinstance(record, dict):
+                raise TypeError("not an object")
+        except (ValueError, TypeError, OSError):
+            record = {"status": UNREADABLE}
+        found.append({"name": folder.name, "path": folder, **record})
+    return found

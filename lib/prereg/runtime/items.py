@@ -46,6 +46,10 @@ def proved_plan(request: pytest.FixtureRequest) -> dict:
     if not settings.research:
         raise RuntimeError("the research fixture is only available under --research-stage")
     path = Path(settings.root) / settings.plan_path
+    if settings.rehearsal is not None:  # no gate to receive: the plan must be the one rehearsed
+        if sha256_file(path) != settings.plan_sha256:
+            raise RuntimeError(f"{path} changed since the rehearsal started; rehearse again")
+        return read_json(path, what="plan")
     if not settings.gate_passed:
         raise RuntimeError("this process did not receive a passed gate from the controller")
     if sha256_file(path) != settings.plan_sha256:

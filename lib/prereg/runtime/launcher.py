@@ -3,7 +3,8 @@
 ``pytest --research-stage=S`` typed by a user launches: it passes the gate, materialises a
 snapshot of the approved commit and becomes the hermetic session (:mod:`prereg.hermetic`),
 which registers the :class:`~prereg.runtime.controller.Controller`. An xdist worker takes
-the controller's settings; a software run, a listing and a session each get their own.
+the controller's settings; a software run, a listing, a session and a rehearsal
+(:mod:`prereg.runtime.rehearsal`, in this process, from the working tree) each get their own.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from prereg import gate, gitrepo, hermetic
 from prereg import snapshot as snapshots
 from prereg.runtime.controller import Controller
 from prereg.runtime.listing import entry_point_plugins
+from prereg.runtime.rehearsal import Rehearsal
 from prereg.runtime.settings import (
     SETTINGS,
     STAGE_OPTION,
     Settings,
+    resolve_rehearsal,
     resolve_research_run,
     worker_settings,
 )
@@ -36,6 +39,7 @@ def launches(config: pytest.Config) -> bool:
         and not hasattr(config, "workerinput")
         and not option.prereg_list_items
         and not option.prereg_checkout
+        and not option.prereg_rehearse
         and not option.help
         and not option.version
     )
@@ -98,6 +102,9 @@ def configure(config: pytest.Config) -> None:
         settings = worker_settings(config)
     elif config.option.research_stage is None or config.option.help or config.option.version:
         settings = Settings(root=str(root))
+    elif config.option.prereg_rehearse:
+        settings = resolve_rehearsal(config, root)
+        config.pluginmanager.register(Rehearsal(config, settings), "prereg-rehearsal")
     elif config.option.prereg_list_items:
         config.option.collectonly = True  # a listing never runs an item
         settings = resolve_research_run(config, root, listing=True)

@@ -16,11 +16,13 @@ import pytest
 
 from prereg import approval as approvals
 from prereg import hermetic, options, provenance
+from prereg.hashing import sha256_file
 from prereg.plans import Plan, load_plan
-from prereg.runs import RunLayout
+from prereg.runs import RehearsalLayout, RunLayout
 
 STAGE_OPTION = options.STAGE_OPTION
 RUN_ID_OPTION = "--run-id"
+REHEARSE_OPTION = "--rehearse"
 LIST_OPTION = "--prereg-list-items"
 PROPERTY = "prereg"
 # Environment variables a clean listing of the stage's items does not inherit.
@@ -52,6 +54,8 @@ class Settings:
     # The checkout whose runs/ the run writes and whose git records it (None: root itself).
     checkout: str | None = None
     snapshot_tree: str | None = None  # a hermetic session's tree, proved again by each worker
+    # A rehearsal's folder name under runs/rehearsals/: no approval, no gate, nothing spent.
+    rehearsal: str | None = None
 
     @property
     def research(self) -> bool:
@@ -63,8 +67,10 @@ class Settings:
         return Path(self.checkout or self.root)
 
     @property
-    def layout(self) -> RunLayout:
-        """Every path of this run (its folder, records, progress log)."""
+    def layout(self) -> RunLayout | RehearsalLayout:
+        """Every path of this run (its folder, records, progress log), or of this rehearsal."""
+        if self.rehearsal is not None:
+            return RehearsalLayout(self.project, self.rehearsal)
         return RunLayout(self.project, self.run_id)
 
 
@@ -93,6 +99,30 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         metavar="RUN_ID",
         help="the approved run id to use (default: the stage's only unspent approval)",
+    )
+    group.addoption(
+        REHEARSE_OPTION,
+        dest="prereg_rehearse",
+        action="store_true",
+        default=False,
+        help="rehearse the stage from the working tree without an approval, into "
+        "runs/rehearsals/ (any selection: -k, one item, --pdb); not a run, nothing spent",
+    )
+    group.addoption(
+        "--rehearse-input",
+        dest="prereg_rehearse_inputs",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="an input the rehearsed stage reads (as prereg approve --input binds it)",
+    )
+    group.addoption(
+        "--rehearse-use-run",
+        dest="prereg_rehearse_use_runs",
+        action="append",
+        default=[],
+        metavar="STAGE=RUN_ID",
+        help="the run of a required stage the rehearsal reads (default: its latest complete run)",
     )
     group.addoption(
         LIST_OPTION,
@@ -124,6 +154,23 @@ def known_stages(root: Path, config: pytest.Config) -> dict[str, str]:
     return stages
 
 
+ONLY_IN_A_RUN = (
+    f"is only available in a research run ({STAGE_OPTION}=NAME) or a rehearsal of one "
+    f"({STAGE_OPTION}=NAME {REHEARSE_OPTION}, which needs no approval and spends nothing)"
+)
+
+
+def known_plan(root: Path, config: pytest.Config, stage: str) -> str:
+    """The plan (relative to ``root``) of a stage pytest.ini's ``prereg_plans`` knows."""
+    known = known_stages(root, config)
+    if stage not in known:
+        raise pytest.UsageError(
+            f"unknown research stage {stage!r}; known stages: {', '.join(sorted(known)) or 'none'} "
+            "(from prereg_plans in pytest.ini)"
+        )
+    return known[stage]
+
+
 def project_root(config: pytest.Config) -> Path:
     """The checkout of this run (its ``runs/``, caches and git), wherever the code runs from:
     a research run's code runs from a snapshot, whose folder is ``config.rootpath``."""
@@ -134,7 +181,7 @@ def stage_plan(config: pytest.Config) -> Plan:
     """The approved plan of this research run (for ``pytest_generate_tests`` in experiments)."""
     settings = config.stash[SETTINGS]
     if not settings.research:
-        raise RuntimeError("stage_plan() is only available in a research run")
+        raise RuntimeError(f"stage_plan() {ONLY_IN_A_RUN}")
     return load_plan(Path(settings.root) / settings.plan_path)
 
 
@@ -143,7 +190,7 @@ def stage_inputs(config: pytest.Config) -> dict[str, Path]:
     each re-hashed against the approval now: an input edited after the gate is refused."""
     settings = config.stash[SETTINGS]
     if not settings.research:
-        raise RuntimeError("stage_inputs() is only available in a research run")
+        raise RuntimeError(f"stage_inputs() {ONLY_IN_A_RUN}")
     return verified_inputs(settings)
 
 
@@ -183,12 +230,7 @@ def resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fals
     checkout = Path(config.option.prereg_checkout or root)
     stage = config.option.research_stage
     run_id = config.option.prereg_run_id
-    known = known_stages(root, config)
-    if stage not in known:
-        raise pytest.UsageError(
-            f"unknown research stage {stage!r}; known stages: {', '.join(sorted(known)) or 'none'} "
-            "(from prereg_plans in pytest.ini)"
-        )
+    known_plan(root, config, stage)
     refused = options.refused_options(
         config.option,
         rootpath=root,
@@ -234,3 +276,76 @@ def resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fals
         inputs=record.data["inputs"],
         required_runs={stage: bound["run_id"] for stage, bound in record.data["requires"].items()},
     )
+
+
+def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
+    """A rehearsal of the stage asked for: the plan pytest.ini names for it, read from the
+    working tree; the inputs and required runs bound as ``prereg approve`` would bind them;
+    a new folder name under ``runs/rehearsals/``. No approval is read, nothing is spent."""
+    from prereg import runs
+
+    stage = config.option.research_stage
+    plan_path = known_plan(root, config, stage)
+    plan = load_plan(root / plan_path)
+    spec = plan.stage(stage)
+    inputs = {}
+    for name, path in _pairs(config.option.prereg_rehearse_inputs, "--rehearse-input").items():
+        if name not in spec["inputs"]:
+            raise pytest.UsageError(
+                f"--rehearse-input {name}: stage {stage} binds no such input; it binds "
+                f"{list(spec['inputs'])}"
+            )
+        try:
+            inputs[name] = approvals.bind_input(Path(config.invocation_params.dir, path))
+        except approvals.ApprovalError as err:
+            raise pytest.UsageError(f"--rehearse-input {name}: {err}") from None
+    missing = [name for name in spec["inputs"] if name not in inputs]
+    if missing:
+        raise pytest.UsageError(
+            f"stage {stage} reads the input(s) {missing}: give each as --rehearse-input NAME=PATH"
+        )
+    asked = _pairs(config.option.prereg_rehearse_use_runs, "--rehearse-use-run")
+    required = {}
+    for need in spec["requires"]:
+        run_id = asked.pop(need, None) or approvals.latest_complete_run(root, need)
+        if run_id is None:
+            raise pytest.UsageError(
+                f"stage {stage} requires a complete run of stage {need}, and there is none: run "
+                f"{need} first (a rehearsal of it is not a run), or name one with "
+                f"--rehearse-use-run {need}=RUN_ID"
+            )
+        if not runs.valid_run_id(run_id) or not runs.RunLayout(root, run_id).manifest.exists():
+            raise pytest.UsageError(
+                f"--rehearse-use-run {need}={run_id}: no run folder runs/{run_id} with a manifest "
+                "(a rehearsal is never a run)"
+            )
+        required[need] = run_id
+    if asked:
+        raise pytest.UsageError(
+            f"--rehearse-use-run: stage {stage} requires no stage {sorted(asked)}; it requires "
+            f"{list(spec['requires'])}"
+        )
+    threads = spec["threads_per_worker"]
+    provenance.set_thread_environment(threads)  # inherited by xdist workers started later
+    name = runs.new_rehearsal_name(root, stage)
+    if not config.option.collectonly:  # a listing writes nothing, not even a folder
+        config.option.xmlpath = str(RehearsalLayout(root, name).junit)
+    return Settings(
+        root=str(root),
+        stage=stage,
+        plan_path=plan_path,
+        plan_sha256=sha256_file(root / plan_path),
+        module=spec["module"],
+        threads=threads,
+        seed_namespace=spec.get("seed_namespace"),
+        inputs=inputs,
+        required_runs=required,
+        rehearsal=name,
+    )
+
+
+def _pairs(values: list[str], option: str) -> dict[str, str]:
+    try:
+        return options.name_value_pairs(values, option)
+    except ValueError as err:
+        raise pytest.UsageError(str(err)) from None

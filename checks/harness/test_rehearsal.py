@@ -1,0 +1,164 @@
+"""``pytest --research-stage=S --rehearse``: the stage's items run through the run's code
+path without an approval, with any selection, into ``runs/rehearsals/<name>/``; nothing is
+spent, and nothing takes a rehearsal for a run (the audit, ``--use-run``, a dependent
+stage, ``prereg runs``, the report)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from prereg import runs
+from prereg.testing import ToyRepo, make_toy_repo, stage_spec
+
+pytestmark = pytest.mark.software
+
+RUN_ID = "toy-20261202-001"
+
+
+def _prereg_refs(toy: ToyRepo) -> str:
+    return toy.git("for-each-ref", "refs/prereg")
+
+
+def _only_rehearsal(toy: ToyRepo) -> tuple[runs.RehearsalLayout, dict]:
+    found = runs.all_rehearsals(toy.root)
+    assert len(found) == 1, found
+    layout = runs.RehearsalLayout(toy.root, found[0]["name"])
+    return layout, json.loads(layout.record.read_text())
+
+
+@pytest.fixture(scope="module")
+def rehearsed(tmp_path_factory) -> tuple[ToyRepo, object, object]:
+    """A toy project with a dependent stage, an uncommitted edit, and one rehearsal of one
+    item chosen with -k (no approval exists)."""
+    toy = make_toy_repo(
+        tmp_path_factory.mktemp("rehearsal") / "toy",
+        stages={"toy": stage_spec("toy"), "after": stage_spec("after", requires=["toy"])},
+    )
+    module = toy.root / "experiments" / "test_toy.py"
+    module.write_text(module.read_text() + "\n# an edit not committed yet\n")
+    done = toy.pytest("--research-stage=toy", "--rehearse", "-k", "cell1")
+    return toy, done, _only_rehearsal(toy)
+
+
+def test_a_rehearsal_runs_a_selection_without_an_approval_and_spends_nothing(rehearsed):
+    toy, done, (layout, record) = rehearsed
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert "1 passed" in said and runs.REHEARSAL_NOTE in said, said
+    assert record["rehearsal"] == runs.REHEARSAL_NOTE and record["status"] == "passed"
+    assert [i["nodeid"] for i in record["items"]] == ["experiments/test_toy.py::test_cell[cell1]"]
+    assert record["items"][0]["outcome"] == "passed" and record["items"][0]["outputs"]
+    assert record["uncommitted_paths"] == ["experiments/test_toy.py"]
+    assert (layout.item_dir("test_cell[cell1]") / "result.json").is_file()
+    assert layout.junit.is_file() and layout.progress_log.is_file()
+    # Nothing spent: no approval, no git record, no run folder, no start or manifest.
+    assert not list((toy.root / "plans" / "approvals").glob("*.json"))
+    assert _prereg_refs(toy) == ""
+    assert runs.all_runs(toy.root) == []
+    assert not layout.start.exists() and not layout.manifest.exists()
+
+
+def test_a_rehearsed_item_derives_its_seeds_from_the_plans_namespace(rehearsed):
+    """The item's context is a run's: seeds derive from the plan's seed namespace."""
+    _, _, (_, record) = rehearsed
+    assert record["items"][0]["seeds"] == ["toy-1.0/cell/1"]
+
+
+def test_the_audit_never_takes_a_rehearsal_for_evidence(rehearsed, tmp_path):
+    toy, _, (layout, _) = rehearsed
+    audit = toy.prereg("audit", str(layout.folder.relative_to(toy.root)))
+    assert audit.returncode == 1, audit.stdout + audit.stderr
+    assert "rehearsal is never evidence" in audit.stdout, audit.stdout
+    # Copied where a run's folder would be, it is still no run.
+    fake = tmp_path / "runs" / RUN_ID
+    shutil.copytree(layout.folder, fake)
+    (fake / runs.START_RECORD).write_text("{}")
+    audit = toy.prereg("audit", str(fake), "--repo", str(toy.root))
+    assert audit.returncode == 1 and "rehearsal is never evidence" in audit.stdout, audit.stdout
+
+
+def test_prereg_runs_lists_rehearsals_apart_from_runs(rehearsed):
+    toy, _, (layout, _) = rehearsed
+    listed = toy.prereg("runs", "--no-audit", check=True).stdout
+    assert listed.startswith("no runs under runs/"), listed
+    assert f"rehearsals under runs/rehearsals/ ({runs.REHEARSAL_NOTE})" in listed, listed
+    assert layout.name in listed.split("rehearsals under", 1)[1]
+    assert json.loads(toy.prereg("runs", "--json", "--no-audit", check=True).stdout) == []
+
+
+def test_a_rehearsal_is_never_a_required_run(rehearsed):
+    toy, _, (layout, _) = rehearsed
+    dependent = toy.pytest("--research-stage=after", "--rehearse")
+    said = dependent.stdout + dependent.stderr
+    assert dependent.returncode == 4, said
+    assert "requires a complete run of stage toy, and there is none" in said, said
+    assert "a rehearsal of it is not a run" in said, said
+    named = toy.pytest(
+        "--research-stage=after", "--rehearse", f"--rehearse-use-run=toy={layout.name}"
+    )
+    assert named.returncode == 4 and "a rehearsal is never a run" in named.stderr, named.stderr
+    toy.git("stash", "-q")  # approve wants a clean tree
+    try:
+        refused = toy.prereg(
+            "approve", "--stage", "after", "--run-id", "after-20261202-001",
+            "--use-run", f"toy={layout.name}", "--accept-deviations",
+        )  # fmt: skip
+    finally:
+        toy.git("stash", "pop", "-q")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert layout.name in refused.stderr and "run id" in refused.stderr, refused.stderr
+    assert len(runs.all_rehearsals(toy.root)) == 1, "no refused rehearsal left a folder"
+
+
+def test_a_failing_item_fails_the_rehearsal_and_two_workers_run_the_whole_stage(tmp_path):
+    toy = make_toy_repo(
+        tmp_path / "toy",
+        stages={"toy": stage_spec("toy", parameters={
+            "cells": 3, "misbehave": {"cell": 2, "how": "raise"}
+        })},
+    )  # fmt: skip
+    done = toy.pytest("--research-stage=toy", "--rehearse", "-n", "2")
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, said
+    assert "PytestAssertRewriteWarning" not in said, said
+    _, record = _only_rehearsal(toy)
+    assert record["status"] == "failed" and record["workers"] == 2
+    assert sorted(i["outcome"] for i in record["items"]) == ["failed", "passed", "passed"]
+    assert (
+        "1 item(s) did not pass: experiments/test_toy.py::test_cell[cell2]" in record["reasons"][0]
+    )
+    assert _prereg_refs(toy) == "" and runs.all_runs(toy.root) == []
+
+
+def test_a_listing_writes_nothing_and_a_run_refused_for_its_options_points_at_rehearsal(
+    rehearsed,
+):
+    toy = rehearsed[0]
+    listed = toy.pytest("--research-stage=toy", "--rehearse", "--collect-only", "-q")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "test_cell[cell3]" in listed.stdout and runs.REHEARSAL_NOTE in listed.stdout
+    assert len(runs.all_rehearsals(toy.root)) == 1
+    refused = toy.pytest("--research-stage=toy", "-k", "cell1")
+    assert refused.returncode == 4
+    assert "--rehearse" in refused.stderr and "nothing spent" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rehearse-input", "corpus=x.txt"], "--rehearse-input corpus: stage toy binds no such"),
+        (["--rehearse-input", "corpus"], "--rehearse-input takes NAME=VALUE, got 'corpus'"),
+        (["--rehearse-use-run", "other=toy-20261202-001"], "requires no stage ['other']"),
+        (["--dist", "load", "--tx", "socket=127.0.0.1:9"], "a rehearsal runs on this host only"),
+        (["--research-stage=nope"], "unknown research stage 'nope'"),
+    ],
+)
+def test_a_rehearsal_asked_for_wrongly_is_refused_and_writes_nothing(rehearsed, args, message):
+    toy = rehearsed[0]
+    done = toy.pytest("--research-stage=toy", "--rehearse", *args)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert message in done.stdout + done.stderr, done.stdout + done.stderr
+    assert len(runs.all_rehearsals(toy.root)) == 1

@@ -1,0 +1,182 @@
+"""A rehearsal: ``pytest --research-stage=S --rehearse``.
+
+The stage's items run through the same fixtures, item records, summary and terminal output
+as a run, from the working tree as it is (uncommitted edits included), with any selection
+(``-k``, one item, ``--pdb``, ``--collect-only``) and without an approval: no gate is
+judged, no run id is spent, and nothing is written to git. What it writes goes to
+``runs/rehearsals/<stage>-<UTC stamp>/`` (:class:`prereg.runs.RehearsalLayout`), whose one
+record ``rehearsal.json`` says :data:`prereg.runs.REHEARSAL_NOTE`. No run folder, required
+run, audit or report ever takes a rehearsal for a run: it has no ``start.json`` or
+``manifest.json``, no run id and no git record, and the audit refuses a folder holding a
+rehearsal record.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from prereg import gitrepo, manifest, remote
+from prereg.hashing import canonical_json, file_entries
+from prereg.plans import load_plan
+from prereg.runs import REHEARSAL_NOTE
+from prereg.runtime import signals
+from prereg.runtime.controller import Controller
+from prereg.runtime.settings import SETTINGS, Settings
+
+FORMAT = "prereg-rehearsal/1"
+
+
+class Rehearsal(Controller):
+    """The controller of a rehearsal: the run's item side and records, no gate, no spend."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        super().__init__(config, settings)
+        self.listing_only = bool(config.option.collectonly)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
+        settings = self.settings
+        remote_specs = [s for s in _tx_specs(self.config) if remote.is_remote(s)]
+        if remote_specs:
+            raise pytest.UsageError(
+                f"a rehearsal runs on this host only (--tx {remote.spec_text(remote_specs[0])} "
+                "is another host's worker): rehearse with -n N, then approve the run"
+            )
+        self.plan = load_plan(self.code_root / settings.plan_path)
+        spec = self.plan.stage(settings.stage)
+        from prereg.stages import load_kind
+
+        self.kind = load_kind(spec["kind"])
+        if self.kind.check_inputs is not None:  # as prereg approve checks them
+            bound = {name: Path(entry["path"]) for name, entry in settings.inputs.items()}
+            try:
+                self.kind.check_inputs(self.plan, settings.stage, bound)
+            except Exception as err:  # noqa: BLE001 -- every refusal of the kind is shown
+                problems = list(getattr(err, "problems", None) or [str(err)])
+                raise pytest.UsageError(
+                    f"rehearsal of stage {settings.stage}: the inputs are refused "
+                    f"({REHEARSAL_NOTE}):\n  " + "\n  ".join(problems)
+                ) from None
+        deadline = time.time() + spec["budget_seconds"] if spec["budget_enforced"] else None
+        self.settings = Settings(**{**asdict(settings), "deadline": deadline})
+        self.config.stash[SETTINGS] = self.settings
+        self.approval = None
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_newgateway(self, gateway) -> None:
+        """A rehearsal's workers are this host's: named, not described or proved."""
+        self.gateways[gateway.id] = {
+            "id": gateway.id,
+            "spec": remote.spec_text(gateway.spec),
+            "problems": [],
+        }
+
+    def refuse(self, refusals) -> None:
+        if refusals:  # a worker that could not describe itself: nothing to record, nothing spent
+            raise pytest.UsageError(
+                f"rehearsal of stage {self.settings.stage} stopped ({REHEARSAL_NOTE}):\n  "
+                + "\n  ".join(str(r) for r in refusals)
+            )
+
+    def _verify_and_spend(self, about_to_run: list[str]) -> None:
+        """Nothing is verified or spent: the items selected run, into a new folder."""
+        if self.started or self.listing_only:
+            return
+        self.refuse(self._worker_refusals())
+        self.expected = list(about_to_run)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=False)
+        except OSError as err:
+            raise pytest.UsageError(
+                f"the rehearsal folder {self.run_dir} could not be made: {manifest.describe(err)}"
+            ) from None
+        self.started_at = manifest.utc_now()
+        self.started = time.time()
+        self._write_record(status="running")
+        self.layout.progress_log.touch()
+        self.saved_handlers = signals.install_signal_handlers()
+
+    def execution_at_end(self) -> list[str]:
+        return []  # a rehearsal judges no execution condition: its code is whatever is here
+
+    def snapshot_record(self) -> None:
+        return None
+
+    def _finish(self, session: pytest.Session, failure: BaseException | None) -> None:
+        items = self._items()
+        reasons = self._reasons(session, items, failure)
+        if not reasons and self.kind.summarise is not None:
+            try:
+                self.kind.summarise(self.view(items))
+            except Exception as err:  # noqa: BLE001 -- a failed summary is a reason, as in a run
+                reasons.append(f"the stage summary failed: {manifest.describe(err)}")
+        self.status = "passed" if not reasons else "failed"
+        try:
+            self._write_record(status=self.status, items=items, reasons=reasons)
+        except OSError as err:
+            self.finish_notes = [f"the rehearsal record could not be written: {err}"]
+        if self.status != "passed" and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _write_record(self, *, status: str, items=None, reasons=None) -> None:
+        """``rehearsal.json``: what was rehearsed, from which tree, and how it went."""
+        root = self.root
+        try:
+            head = gitrepo.head_commit(root)
+            dirty = gitrepo.dirty_paths(root)
+        except gitrepo.GitError as err:
+            head, dirty = None, [f"(git could not be read: {err})"]
+        summary = self.layout.summary_dir
+        record = {
+            "format": FORMAT,
+            "rehearsal": REHEARSAL_NOTE,
+            "stage": self.settings.stage,
+            "name": self.settings.rehearsal,
+            "status": status,
+            "reasons": reasons or [],
+            "head_commit": head,
+            "uncommitted_paths": dirty,
+            "plan": {"path": self.settings.plan_path, "sha256": self.settings.plan_sha256},
+            "inputs": self.settings.inputs,
+            "required_runs": self.settings.required_runs,
+            "arguments": list(self.config.invocation_params.args),
+            "workers": self.workers,
+            "started_at": self.started_at,
+            "ended_at": manifest.utc_now() if items is not None else None,
+            "elapsed_seconds": round(time.time() - self.started, 3),
+            "items_selected": len(self.expected),
+            "items": items or [],
+            "summary_files": file_entries(summary) if summary.is_dir() else [],
+        }
+        manifest.write_atomic(self.layout.record, canonical_json(record).encode())
+
+    # -- the terminal --------------------------------------------------------------------------
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        where = self.layout.folder.relative_to(self.root)
+        return [f"prereg: {REHEARSAL_NOTE}; stage {self.settings.stage}, into {where}/"]
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.listing_only:
+            terminalreporter.write_sep("=", f"prereg: {REHEARSAL_NOTE} (items listed only)")
+            return
+        if not self.started:
+            return
+        terminalreporter.write_sep("=", f"prereg: {REHEARSAL_NOTE}; {getattr(self, 'status', '?')}")
+        for note in getattr(self, "finish_notes", []):
+            terminalreporter.write_line(f"WARNING: {note}", red=True, bold=True)
+        terminalreporter.write_line(f"record: {self.layout.record}")
+        terminalreporter.write_line(
+            f"when it passes, approve and run it: prereg approve --stage {self.settings.stage}"
+        )
+
+
+def _tx_specs(config: pytest.Config) -> list:
+    import execnet
+
+    return [execnet.XSpec(t) for t in (getattr(config.option, "tx", None) or [])]
