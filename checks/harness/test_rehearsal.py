@@ -141,6 +141,8 @@ def test_a_listing_writes_nothing_and_a_run_refused_for_its_options_points_at_re
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert "test_cell[cell3]" in listed.stdout and runs.REHEARSAL_NOTE in listed.stdout
     assert len(runs.all_rehearsals(toy.root)) == 1
+    alone = toy.pytest("--rehearse", "-m", "software")
+    assert alone.returncode == 4 and "give --research-stage=NAME --rehearse" in alone.stderr
     refused = toy.pytest("--research-stage=toy", "-k", "cell1")
     assert refused.returncode == 4
     assert "--rehearse" in refused.stderr and "nothing spent" in refused.stderr, refused.stderr
@@ -154,6 +156,7 @@ def test_a_listing_writes_nothing_and_a_run_refused_for_its_options_points_at_re
         (["--rehearse-use-run", "other=toy-20261202-001"], "requires no stage ['other']"),
         (["--dist", "load", "--tx", "socket=127.0.0.1:9"], "a rehearsal runs on this host only"),
         (["--research-stage=nope"], "unknown research stage 'nope'"),
+        (["--run-id", RUN_ID], "--rehearse rehearses one stage, which has no run id"),
     ],
 )
 def test_a_rehearsal_asked_for_wrongly_is_refused_and_writes_nothing(rehearsed, args, message):

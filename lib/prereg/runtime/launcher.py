@@ -21,6 +21,7 @@ from prereg.runtime.controller import Controller
 from prereg.runtime.listing import entry_point_plugins
 from prereg.runtime.rehearsal import Rehearsal
 from prereg.runtime.settings import (
+    REHEARSE_OPTION,
     SETTINGS,
     STAGE_OPTION,
     Settings,
@@ -98,6 +99,12 @@ def configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "software: a software check, what CI runs")
     config.addinivalue_line("markers", "research_stage(name): an item of a research stage")
     root = Path(config.rootpath)
+    option = config.option
+    if option.prereg_rehearse and (option.research_stage is None or option.prereg_run_id):
+        raise pytest.UsageError(
+            f"{REHEARSE_OPTION} rehearses one stage, which has no run id: give "
+            f"{STAGE_OPTION}=NAME {REHEARSE_OPTION}, without --run-id"
+        )
     if hasattr(config, "workerinput"):
         settings = worker_settings(config)
     elif config.option.research_stage is None or config.option.help or config.option.version:
