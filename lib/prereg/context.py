@@ -52,6 +52,9 @@ class ItemContext:
     inputs: dict[str, Path] = field(default_factory=dict)  # bound by the approval (--input)
     required_runs: dict[str, Path] = field(default_factory=dict)  # stage -> run folder consumed
     progress_log: Path | None = None  # runs/progress/<run-id>.log, outside the hashed run folder
+    # A rehearsal's folder (runs/rehearsals/<name>/), None in a run: state a run shares with
+    # later runs (a cache) goes here in a rehearsal, never where a run would read it.
+    rehearsal: Path | None = None
     record: dict = field(default_factory=dict)
 
     @property

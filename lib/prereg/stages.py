@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from prereg import registry
 from prereg.hashing import read_json
-from prereg.runs import RunFolder
+from prereg.runs import RunFolder, RunLayout
 from prereg.schema import SchemaError
 
 ENTRY_POINT_GROUP = registry.STAGE_KINDS
@@ -98,6 +98,9 @@ class RunView:
     stage: str
     items: tuple[dict, ...]  # per-item manifest records, in node-id order
     kind: StageKind | None = None  # default: the kind the plan names for the stage
+    # A rehearsal (runs/rehearsals/<name>/): a kind writes nothing a later run reads (a
+    # frozen file in the checkout, a shared cache) outside ``run_dir``.
+    rehearsal: bool = False
 
     @functools.cached_property
     def stage_kind(self) -> StageKind:
@@ -126,7 +129,18 @@ class RunView:
         return read_json(self.layout.approval_copy, what="approval copy")
 
     def required_run(self, stage: str) -> Path:
-        return self.run_dir.parent / self.approval["requires"][stage]["run_id"]
+        """The folder of the run of ``stage`` this run consumed (beside this run's folder;
+        a rehearsal's in the checkout's runs/)."""
+        run_id = self.approval["requires"][stage]["run_id"]
+        return (
+            RunLayout(self.root, run_id).folder if self.rehearsal else self.run_dir.parent / run_id
+        )
+
+    @property
+    def shared_root(self) -> Path:
+        """Where state shared between runs lives (a cache): the checkout, or in a rehearsal
+        the rehearsal's own folder."""
+        return self.run_dir if self.rehearsal else self.root
 
     @property
     def summary_dir(self) -> Path:

@@ -142,7 +142,9 @@ def _run_item(context: ItemContext, cell: Cell, *, root: Path, inputs: dict[str,
         dose=cell.dose,
     )
     progress.note(f"cell {cell.item_id}: started")
-    workspace, loaded = workspace_for(root, context.plan, context.stage, inputs)
+    # A rehearsal's vectors stay in its own folder: a later run never reads them.
+    shared = context.rehearsal or root
+    workspace, loaded = workspace_for(shared, context.plan, context.stage, inputs)
     rng = context.numpy_generator(cell.task_id, settings.distractor_seed_label)
     outputs = compute_cell(
         cell,

@@ -105,7 +105,7 @@ def bind_vectors(view: RunView, settings: E04Settings) -> None:
     """Copy the vectors the run searched into summary/ (hashed by the manifest)."""
     loaded = load_inputs(settings, bound_inputs(view))
     texts = run_texts_of_view(view, settings, loaded, CorpusStore(loaded.repository))
-    cache = open_cache(view.root, settings)
+    cache = open_cache(view.shared_root, settings)
     try:
         bind_run_vectors(view.summary_dir, settings, texts, cache)
     finally:

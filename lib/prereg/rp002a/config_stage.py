@@ -163,6 +163,8 @@ def summarise(view: RunView) -> None:
     data = (view.item_dir(item) / CONFIG).read_bytes()
     view.summary_dir.mkdir(parents=True, exist_ok=True)
     (view.summary_dir / CONFIG).write_bytes(data)
+    if view.rehearsal:  # a rehearsal freezes nothing: the configuration stays in its summary
+        return
     target = output_path(view.root, view.settings)
     if target.exists() and target.read_bytes() != data:
         raise FileExistsError(

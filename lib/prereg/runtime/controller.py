@@ -424,6 +424,7 @@ class Controller(XdistBridge, TerminalOutput):
             plan=self.plan,
             stage=self.settings.stage,
             items=tuple(items),
+            rehearsal=self.settings.rehearsal is not None,
         )
 
 

@@ -112,6 +112,7 @@ def item_context(request: pytest.FixtureRequest, plan: dict) -> ItemContext:
             for k, v in (settings.required_runs or {}).items()
         },
         progress_log=None if settings.ship_outputs else settings.layout.progress_log,
+        rehearsal=settings.layout.folder if settings.rehearsal is not None else None,
     )
     context.check_budget()
     record["thread_settings"] = provenance.apply_thread_limits(settings.threads)

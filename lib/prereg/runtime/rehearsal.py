@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from prereg import gitrepo, manifest, remote
-from prereg.hashing import canonical_json, file_entries
+from prereg.hashing import canonical_json, file_entries, sha256_file
 from prereg.plans import load_plan
-from prereg.runs import REHEARSAL_NOTE
+from prereg.runs import REHEARSAL_NOTE, RunLayout
 from prereg.runtime import signals
 from prereg.runtime.controller import Controller
 from prereg.runtime.settings import SETTINGS, Settings
@@ -97,6 +97,7 @@ class Rehearsal(Controller):
             ) from None
         self.started_at = manifest.utc_now()
         self.started = time.time()
+        self._write_bindings()
         self._write_record(status="running")
         self.layout.progress_log.touch()
         self.saved_handlers = signals.install_signal_handlers()
@@ -122,6 +123,28 @@ class Rehearsal(Controller):
             self.finish_notes = [f"the rehearsal record could not be written: {err}"]
         if self.status != "passed" and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _write_bindings(self) -> None:
+        """``approval.json`` in the rehearsal's folder: what an approval would bind, so the
+        kind's summary reads its inputs and required runs as in a run. It is no approval
+        (those live in plans/approvals/ and are committed) and says so."""
+        settings = self.settings
+        requires = {
+            stage: {
+                "run_id": run_id,
+                "manifest_sha256": sha256_file(RunLayout(self.root, run_id).manifest),
+            }
+            for stage, run_id in (settings.required_runs or {}).items()
+        }
+        bindings = {
+            "rehearsal": REHEARSAL_NOTE,
+            "stage": settings.stage,
+            "plan": {"path": settings.plan_path, "sha256": settings.plan_sha256},
+            "seed_namespace": settings.seed_namespace,
+            "inputs": settings.inputs,
+            "requires": requires,
+        }
+        manifest.write_atomic(self.layout.approval_copy, canonical_json(bindings).encode())
 
     def _write_record(self, *, status: str, items=None, reasons=None) -> None:
         """``rehearsal.json``: what was rehearsed, from which tree, and how it went."""

@@ -109,6 +109,13 @@ def add_options(parser: pytest.Parser) -> None:
         "runs/rehearsals/ (any selection: -k, one item, --pdb); not a run, nothing spent",
     )
     group.addoption(
+        "--rehearse-plan",
+        dest="prereg_rehearse_plan",
+        default=None,
+        metavar="PATH",
+        help="the plan to rehearse the stage under (default: the plan in pytest.ini naming it)",
+    )
+    group.addoption(
         "--rehearse-input",
         dest="prereg_rehearse_inputs",
         action="append",
@@ -285,9 +292,17 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
     from prereg import runs
 
     stage = config.option.research_stage
-    plan_path = known_plan(root, config, stage)
-    plan = load_plan(root / plan_path)
-    spec = plan.stage(stage)
+    asked = config.option.prereg_rehearse_plan
+    plan_path = known_plan(root, config, stage) if asked is None else asked
+    try:
+        where = Path(config.invocation_params.dir if asked else root, plan_path).resolve()
+        plan_path = where.relative_to(root.resolve()).as_posix()
+        plan = load_plan(root / plan_path)
+        spec = plan.stage(stage)
+    except (ValueError, KeyError, OSError) as err:  # outside the checkout, refused, no stage
+        raise pytest.UsageError(
+            f"--rehearse-plan {asked}: {err.args[0] if err.args else err}"
+        ) from None
     inputs = {}
     for name, path in _pairs(config.option.prereg_rehearse_inputs, "--rehearse-input").items():
         if name not in spec["inputs"]:
