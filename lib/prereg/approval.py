@@ -10,9 +10,10 @@ fix. A refusal does not spend the run id; the first item of a run that passed do
 from __future__ import annotations
 
 import getpass
+import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from pathlib import Path
 
 from prereg import envlock, gate, gitrepo, ledger, provenance, registry
@@ -25,12 +26,14 @@ from prereg.runs import (
     RunFolder,
     RunIdError,
     RunLayout,
+    RunState,
     all_runs,
     check_run_id,
     contained,
     has_started,
     refusals_dir,
     require_run_id,
+    runs_dir,
     valid_run_id,
 )
 from prereg.schema import MapOf, Nullable, Optional, validate
@@ -216,6 +219,136 @@ def dependency_problems(root: Path, requires: dict, *, plan_sha256: str) -> list
     return problems
 
 
+# -- run ids and bound runs -----------------------------------------------------------------
+
+
+def used_run_ids(root: Path) -> set[str]:
+    """Every run id in use: an approval record under plans/approvals/, a run id git records as
+    spent (:func:`prereg.ledger.spent_run_ids`), a folder under runs/, a refusal record."""
+    root = Path(root)
+    used = set(ledger.spent_run_ids(root))
+    folder = root / APPROVALS
+    if folder.is_dir():
+        for path in folder.glob("*.json"):
+            used.add(path.stem)
+            used.add(_json_field(path, "run_id"))
+    if runs_dir(root).is_dir():
+        used.update(p.name for p in runs_dir(root).iterdir() if p.is_dir())
+    if refusals_dir(root).is_dir():
+        for path in refusals_dir(root).glob("*.json"):
+            # <run-id>-<stamp>.json when the refusal named a well-formed run id
+            used.add(path.stem.rsplit("-", 1)[0])
+            used.add(_json_field(path, "run_id"))
+    return {run_id for run_id in used if valid_run_id(run_id)}
+
+
+def _json_field(path: Path, field: str) -> object:
+    """``field`` of the JSON object in ``path``; None when it is unreadable or not an object."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data.get(field) if isinstance(data, dict) else None
+
+
+def _day(today: date | str | None) -> str:
+    if today is None:
+        return datetime.now(timezone.utc).strftime("%Y%m%d")
+    if isinstance(today, date):
+        return today.strftime("%Y%m%d")
+    if not (isinstance(today, str) and re.fullmatch(r"[0-9]{8}", today)):
+        raise ApprovalError(f"today {today!r} is not a date YYYYMMDD (for example 20261009)")
+    return today
+
+
+def next_free_run_id(
+    root: Path, stage: str, today: date | str | None = None, *, used: set[str] | None = None
+) -> str:
+    """``<stage>-<today>-NNN`` with the smallest NNN from 001 that :func:`used_run_ids` lacks.
+
+    ``today`` is a date or ``YYYYMMDD``; by default today's date in UTC. ``used``: the run
+    ids in use, when the caller has them already (:func:`used_run_ids`)."""
+    day = _day(today)
+    used = used_run_ids(root) if used is None else used
+    try:
+        check_run_id(f"{stage}-{day}-001", stage)
+    except RunIdError:
+        raise ApprovalError(
+            f"stage {stage!r} gives no run id <stage>-YYYYMMDD-NNN: a stage name is lower-case "
+            "letters, digits and hyphens, starting with a letter"
+        ) from None
+    for seq in range(1, 1000):
+        candidate = f"{stage}-{day}-{seq:03d}"
+        if candidate not in used:
+            return candidate
+    raise ApprovalError(
+        f"every run id from {stage}-{day}-001 to {stage}-{day}-999 is used (by approval records "
+        f"under {APPROVALS}, spent runs, run folders or refusal records); approve again on "
+        "another day (UTC)"
+    )
+
+
+def _started_at(run: RunState) -> str | None:
+    """When a run started (the ISO time of its start record), None when unreadable."""
+    value = (run.manifest or {}).get("started_at") or _json_field(
+        RunFolder(run.path).start, "started_at"
+    )
+    return value if isinstance(value, str) else None
+
+
+def _run_order(run_id: str) -> tuple[str, str]:
+    _, day, seq = run_id.rsplit("-", 2)
+    return day, seq
+
+
+def newer_runs(root: Path, stage: str, run_id: str) -> list[RunState]:
+    """The runs of ``stage`` under runs/ that started after run ``run_id`` (by their start
+    records' times; by the run ids' date and number when a time is unreadable), oldest first.
+    A run folder too damaged to name its stage counts when its name is a run id of ``stage``."""
+    runs = [
+        r
+        for r in all_runs(root)
+        if r.run_id != run_id
+        and valid_run_id(r.run_id)
+        and (r.stage == stage or (r.stage is None and r.run_id.rsplit("-", 2)[0] == stage))
+    ]
+    bound = [r for r in all_runs(root) if r.run_id == run_id]
+    bound_start = _started_at(bound[0]) if bound else None
+
+    def newer(run: RunState) -> bool:
+        start = _started_at(run)
+        if start is not None and bound_start is not None:
+            return start > bound_start
+        return _run_order(run.run_id) > _run_order(run_id)
+
+    found = [r for r in runs if newer(r)]
+    found.sort(key=lambda r: (_started_at(r) or "", _run_order(r.run_id)))
+    return found
+
+
+def bound_run_warnings(root: Path, requires: dict) -> list[str]:
+    """A warning for each run of a required stage newer than the run the approval binds
+    (``requires``: stage -> {"run_id": ...}, as in the approval record) that is not the
+    stage's latest complete run: it failed, is running or was killed, or is unreadable."""
+    warnings = []
+    for needed, bound in sorted(requires.items()):
+        latest = latest_complete_run(root, needed)
+        for run in newer_runs(root, needed, bound["run_id"]):
+            if run.status == COMPLETE and run.run_id != latest:
+                status = "complete, but its manifest is not the one git records for it"
+            elif run.status == COMPLETE:
+                status = "complete"
+            else:
+                status = run.status
+            warnings.append(
+                f"required stage {needed}: run {run.run_id}, newer than the bound run "
+                f"{bound['run_id']}, is {status}; this approval consumes {bound['run_id']} (to "
+                f"consume another run, delete this approval record and approve again with "
+                f"--use-run {needed}=RUN_ID naming a complete run)"
+            )
+    return warnings
+
+
 # -- approve ---------------------------------------------------------------------------------
 
 
@@ -358,7 +491,7 @@ def find_approval(root: Path, stage: str, run_id: str | None) -> Approval:
     if not unspent:
         raise ApprovalError(
             f"no unspent approval for stage {stage} under {APPROVALS}; create one with "
-            f"`prereg approve --stage {stage} --run-id {stage}-YYYYMMDD-NNN`, commit it, run again"
+            f"`prereg approve --stage {stage}` (it takes the next free run id), commit it, run again"
         )
     if len(unspent) > 1:
         raise ApprovalError(

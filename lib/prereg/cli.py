@@ -1,4 +1,4 @@
-"""The ``prereg`` command: init, approve, validate-inputs, audit, runs, demo, report."""
+"""The ``prereg`` command: init, approve, validate-inputs, audit, runs, status, demo, report."""
 
 from __future__ import annotations
 
@@ -25,51 +25,66 @@ def _root() -> Path:
 
 
 def _pairs(values: list[str], option: str) -> dict[str, str]:
-    pairs = {}
-    for value in values:
-        name, sep, path = value.partition("=")
-        if not sep or not name or not path:
-            raise SystemExit(f"prereg: {option} takes NAME=VALUE, got {value!r}")
-        pairs[name] = path
-    return pairs
+    from prereg.options import name_value_pairs
+
+    try:
+        return name_value_pairs(values, option)
+    except ValueError as err:
+        raise SystemExit(f"prereg: {err}") from None
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
-    from prereg.approval import ApprovalError, create_approval
+    from prereg.approval import (
+        ApprovalError,
+        bound_run_warnings,
+        create_approval,
+        load_approval,
+        next_free_run_id,
+    )
     from prereg.runs import RunLayout
     from prereg.schema import SchemaError
 
     root = _root()
+    use_runs = _pairs(args.use_run, "--use-run")
     try:
+        run_id = args.run_id or next_free_run_id(root, args.stage)
         # Inside the try: finding the stage's plan loads every plan, and a plan refused at
         # load (duplicate key, NaN, out-of-range number) is a refusal naming the field.
         plan_path = Path(args.plan) if args.plan else _default_plan(root, args.stage)
         path = create_approval(
             root,
             stage=args.stage,
-            run_id=args.run_id,
+            run_id=run_id,
             plan_path=plan_path,
             inputs=_pairs(args.input, "--input"),
-            use_runs=_pairs(args.use_run, "--use-run"),
+            use_runs=use_runs,
             accept_deviations=args.accept_deviations,
         )
     except (ApprovalError, SchemaError, OSError, ValueError, LookupError) as err:
         print(f"prereg approve: refused: {err}", file=sys.stderr)
         return 2
     rel = path.relative_to(root)
+    if args.run_id is None:
+        print(f"run id {run_id}: the next free run id of stage {args.stage} today (UTC)")
+    requires = load_approval(path).data["requires"]
+    for needed, bound in sorted(requires.items()):
+        how = "named by --use-run" if needed in use_runs else "its latest complete run"
+        print(f"requires {needed}: bound run {bound['run_id']} ({how})")
+    for warning in bound_run_warnings(root, requires):
+        print(f"prereg approve: warning: {rel}: {warning}", file=sys.stderr)
     print(f"wrote {rel}")
     print("commit it, then run the stage:")
     print(f"  git add {rel}")
-    print(f"  git commit -m 'Approve {args.run_id}'")
+    print(f"  git commit -m 'Approve {run_id}'")
     print(f"  {_tool(root, 'pytest')} --research-stage={args.stage}   # add -n 2 for two workers")
-    folder = RunLayout(root, args.run_id).folder.relative_to(root)
+    folder = RunLayout(root, run_id).folder.relative_to(root)
     print(f"then audit it: {_tool(root, 'prereg')} audit {folder}")
     return 0
 
 
 VALIDATE_EPILOG = """Checks what `prereg approve` checks of the inputs, and reports every problem
 in one pass (approve stops at its first refusal of another kind). Needs no clean
-checkout and no run id, and writes nothing. Formats: docs/E04_INPUTS.md.
+checkout and no run id, and writes nothing. Formats: docs/how-to/e04-inputs.md.
 
 exit codes:
   0  the inputs are valid for the stage
@@ -237,6 +252,38 @@ def cmd_runs(args: argparse.Namespace) -> int:
             f"{r['stage'] or '?':<20} {r['run_id']:<34} {r['status']:<12} {r['when'] or '-':<30} "
             f"{elapsed:>11}  {r['outcome']:<{width}}  {r['audit']}"
         )
+    _print_rehearsals(root)
+    return 0
+
+
+def _print_rehearsals(root: Path) -> None:
+    """The rehearsals, apart from the runs: none of them is a run."""
+    from prereg.runs import REHEARSAL_NOTE, all_rehearsals, rehearsals_dir
+
+    found = all_rehearsals(root)
+    if not found:
+        return
+    print(f"\nrehearsals under {rehearsals_dir(root).relative_to(root)}/ ({REHEARSAL_NOTE}):")
+    print(f"{'stage':<20} {'rehearsal':<40} {'status':<12} {'items':>5}  uncommitted paths")
+    for r in found:
+        dirty = r.get("uncommitted_paths")
+        print(
+            f"{r.get('stage') or '?':<20} {r['name']:<40} {r['status']:<12} "
+            f"{len(r.get('items') or []):>5}  {len(dirty) if isinstance(dirty, list) else '?'}"
+        )
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """``prereg status``: per stage, unspent approvals, next free run id, latest complete run,
+    and which run consumed which."""
+    from prereg.status import project_status, render
+
+    status = project_status(_root())
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    for line in render(status):
+        print(line)
     return 0
 
 
@@ -281,10 +328,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from prereg.scaffold import InitRefused, init_project, next_steps
+    from prereg.scaffold import InitRefused, init_project, init_stage, next_steps, stage_next_steps
 
     folder = Path(args.folder).resolve()
     try:
+        if args.stage is not None:
+            print(stage_next_steps(init_stage(folder, args.stage)))
+            return 0
         written, initialised = init_project(folder)
     except InitRefused as err:
         print(f"prereg init: refused: {err}", file=sys.stderr)
@@ -299,7 +349,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     approve = sub.add_parser("approve", help="write a one-run approval record from the clean HEAD")
     approve.add_argument("--stage", required=True)
-    approve.add_argument("--run-id", required=True, help="<stage>-YYYYMMDD-NNN")
+    approve.add_argument(
+        "--run-id",
+        help="<stage>-YYYYMMDD-NNN (default: the stage's next free run id today, UTC; "
+        "prereg status shows it)",
+    )
     approve.add_argument(
         "--plan", help="plan file (default: the plan in pytest.ini naming the stage)"
     )
@@ -365,6 +419,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     runs.set_defaults(func=cmd_runs)
 
+    status = sub.add_parser(
+        "status",
+        help="per stage: the unspent approvals (committed or not), the next free run id, the "
+        "latest complete run, and which run consumed which",
+    )
+    status.add_argument("--json", action="store_true", help="one JSON object, for scripts")
+    status.set_defaults(func=cmd_status)
+
     report = sub.add_parser(
         "report", help="write a run's self-contained HTML report under runs/reports/"
     )
@@ -395,6 +457,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="lay out a new project: pytest.ini, plans/, experiments/, checks/, .gitignore",
     )
     init.add_argument("folder", nargs="?", default=".", help="the project's folder (default: here)")
+    init.add_argument(
+        "--stage",
+        metavar="NAME",
+        help="also write a working stage NAME (plan, a stage kind in the project's code, items, "
+        "a software check); in an existing project, only those and the plan's pytest.ini line",
+    )
     init.set_defaults(func=cmd_init)
     return parser
 
