@@ -1,0 +1,325 @@
+"""``prereg init --stage NAME`` writes a working stage (a plan with this machine's pins, a
+stage kind in the project's own code, its items and a software check), in a new project or
+an existing one, and refuses, writing nothing, a bad name or a file that exists."""
+
+from __future__ import annotations
+
+import ast
+import json
+import keyword
+import re
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import iniconfig
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from prereg import scaffold
+from prereg.provenance import pinned_environment
+from prereg.runs import STAGE_NAME
+from prereg.testing import ScratchProject
+
+pytestmark = pytest.mark.software
+
+STAGE = "demo-stage"
+LAYOUT = scaffold.StageLayout(STAGE)
+STAGE_FILES = [
+    "plans/DEMO_STAGE_PLAN.json",
+    "src/demo_stage/__init__.py",
+    "src/demo_stage/kind.py",
+    "experiments/test_demo_stage.py",
+    "checks/test_demo_stage_kind.py",
+]
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
+
+
+def _project(root: Path) -> ScratchProject:
+    project = ScratchProject(root)
+    project.git("config", "user.email", "researcher@example.org")
+    project.git("config", "user.name", "Researcher")
+    return project
+
+
+@pytest.fixture(scope="module")
+def scaffolded(tmp_path_factory) -> tuple[ScratchProject, str]:
+    """A new project from ``prereg init --stage demo-stage``, committed; read it only."""
+    project = ScratchProject(tmp_path_factory.mktemp("init-stage") / "study")
+    project.root.mkdir()
+    done = project.prereg("init", "--stage", STAGE, ".", check=True)
+    _project(project.root).commit("Add stage demo-stage")
+    return project, done.stdout
+
+
+def test_a_new_project_gets_the_projects_files_and_the_stages(scaffolded):
+    project, stdout = scaffolded
+    assert sorted(_snapshot(project.root)) == sorted([*scaffold.FILES, *STAGE_FILES])
+    assert [LAYOUT.plan, LAYOUT.kind_file, LAYOUT.module, LAYOUT.check] == [
+        STAGE_FILES[0],
+        *STAGE_FILES[2:],
+    ]
+    ini = iniconfig.IniConfig(project.root / "pytest.ini")
+    assert ini["pytest"]["prereg_plans"].split() == [LAYOUT.plan]
+    assert ini["pytest"]["pythonpath"] == "src"
+    for expected in (
+        "git add -A",
+        f"pytest --research-stage={STAGE} --rehearse",
+        "not a run, nothing spent",
+        f"approve --stage {STAGE} --run-id {STAGE}-",
+        "(and ran git init)",
+    ):
+        assert expected in stdout, stdout
+
+
+def test_the_plan_pins_this_machines_environment_and_names_the_projects_kind(scaffolded):
+    project, _ = scaffolded
+    plan = json.loads((project.root / LAYOUT.plan).read_text())
+    here = pinned_environment()
+    assert plan["environment_pins"] == {
+        k: scaffold.NOT_INSTALLED if v is None else v for k, v in here.items()
+    }
+    spec = plan["stages"][STAGE]
+    assert spec["kind"] == "demo_stage.kind:KIND" and spec["module"] == LAYOUT.module
+    assert spec["seed_namespace"] == "demo-stage-1.0"
+
+
+def _prereg_imports(path: Path) -> set[str]:
+    """What a module imports from prereg: ``prereg.x`` per module, ``prereg.x.name`` per
+    name of a ``from prereg.x import name``."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "prereg"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "prereg":
+            found |= {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+def test_the_kind_and_its_check_import_only_prereg_api_from_prereg(scaffolded):
+    project, _ = scaffolded
+    assert _prereg_imports(project.root / LAYOUT.kind_file) == {"prereg.api"}
+    assert _prereg_imports(project.root / LAYOUT.check) == {"prereg.api"}
+    assert _prereg_imports(project.root / LAYOUT.module) == {"prereg.plugin.stage_plan"}
+
+
+def test_the_written_code_passes_ruff_with_its_default_settings(scaffolded):
+    project, _ = scaffolded
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff is not installed (the dev extra installs it)")
+    files = sorted(str(p.relative_to(project.root)) for p in project.root.rglob("*.py"))
+    assert len(files) == 6, files
+    common = ["--isolated", "--no-cache", "--target-version", "py39"]
+    checked = project.run(ruff, "check", *common, "--select", "E,F,W,I,B,UP", *files)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    formatted = project.run(ruff, "format", "--check", *common, *files)
+    assert formatted.returncode == 0, formatted.stdout + formatted.stderr
+
+
+def test_the_stage_passes_its_checks_approves_at_its_pins_runs_and_audits_clean(
+    scaffolded, tmp_path
+):
+    """The whole way, in a copy of the scaffolded project: software checks, a rehearsal,
+    approve without --accept-deviations (the pins are this machine's), run, audit with the
+    replay, report."""
+    root = tmp_path / "study"
+    shutil.copytree(scaffolded[0].root, root, symlinks=True)
+    project = _project(root)
+    checked = project.pytest("-m", "software")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "5 passed" in checked.stdout, checked.stdout
+    rehearsed = project.pytest(f"--research-stage={STAGE}", "--rehearse")
+    assert rehearsed.returncode == 0, rehearsed.stdout + rehearsed.stderr
+    assert "not a run, nothing spent" in rehearsed.stdout, rehearsed.stdout
+
+    run_id = f"{STAGE}-{datetime.now(timezone.utc):%Y%m%d}-001"
+    project.prereg("approve", "--stage", STAGE, "--run-id", run_id, check=True)
+    project.commit(f"Approve {run_id}")
+    done = project.pytest(f"--research-stage={STAGE}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = project.manifest(run_id)
+    assert manifest["status"] == "complete", manifest.get("incomplete_reasons")
+    assert len(manifest["items"]) == 4
+    summary = json.loads((project.run_dir(run_id) / "summary" / "summary.json").read_text())
+    assert [r["replicate"] for r in summary["replicates"]] == [0, 1, 2, 3]
+
+    audit = project.audit(run_id)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert f"clean (run status: complete; replayed (stage kind '{LAYOUT.kind}')" in audit.stdout
+    report = project.prereg("report", str(project.run_dir(run_id).relative_to(root)))
+    assert report.returncode == 0, report.stdout + report.stderr
+    page = Path(report.stdout.strip().splitlines()[-1]).read_text()
+    assert f'id="{STAGE}"' in page and "mean_of_means" in page
+
+
+def test_in_an_existing_project_it_adds_the_stages_files_and_one_ini_line(tmp_path):
+    root = tmp_path / "study"
+    scaffold.init_project(root)
+    (root / "plans" / "approvals" / "mine.txt").write_text("kept\n")
+    before = _snapshot(root)
+    done = scaffold.init_stage(root, STAGE)
+    assert done.written == STAGE_FILES and not done.initialised_git
+    assert done.ini_lines == [f"prereg_plans += {LAYOUT.plan}"]
+    after = _snapshot(root)
+    assert {k: v for k, v in after.items() if k not in [*STAGE_FILES, "pytest.ini"]} == {
+        k: v for k, v in before.items() if k != "pytest.ini"
+    }
+    old, new = before["pytest.ini"].splitlines(True), after["pytest.ini"].splitlines(True)
+    assert [line for line in new if line not in old] == [f"    {LAYOUT.plan}\n".encode()]
+    assert [line for line in new if line != f"    {LAYOUT.plan}\n".encode()] == old
+    assert "git add " + " ".join([*STAGE_FILES, "pytest.ini"]) in scaffold.stage_next_steps(done)
+
+    second = scaffold.init_stage(root, "second")
+    assert second.written[0] == "plans/SECOND_PLAN.json"
+    ini = iniconfig.IniConfig(root / "pytest.ini")
+    assert ini["pytest"]["prereg_plans"].split() == [LAYOUT.plan, "plans/SECOND_PLAN.json"]
+
+
+def test_an_existing_ini_without_pythonpath_gets_src_and_the_two_stages_check_pass(tmp_path):
+    """A project laid out by hand (no pythonpath, CRLF line ends): both lines added, the
+    rest byte-identical, and the stage's software check passes there."""
+    project = ScratchProject(tmp_path / "study")
+    project.root.mkdir()
+    project.init(plans=[], testpaths="checks experiments")
+    (project.root / "checks").mkdir()
+    ini = project.root / "pytest.ini"
+    original = ini.read_bytes().replace(b"\n", b"\r\n")
+    ini.write_bytes(original)
+    done = scaffold.init_stage(project.root, STAGE)
+    assert done.ini_lines == [f"prereg_plans += {LAYOUT.plan}", "pythonpath = src"]
+    edited = ini.read_bytes()
+    added = [b"pythonpath = src\r\n", f"    {LAYOUT.plan}\r\n".encode()]
+    assert [line for line in edited.splitlines(True) if line not in added] == (
+        original.splitlines(True)
+    )
+    assert all(edited.count(line) == 1 for line in added)
+    project.commit("Add stage demo-stage")
+    checked = project.pytest("-m", "software", LAYOUT.check)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "3 passed" in checked.stdout, checked.stdout
+
+
+@pytest.mark.parametrize("name", ["Demo", "1st", "demo_stage", "-demo", "", "demo stage"])
+def test_a_name_outside_the_stage_name_rule_is_refused_and_nothing_written(tmp_path, name):
+    empty = tmp_path / "new"
+    with pytest.raises(scaffold.InitRefused, match=re.escape(f"stage-name rule {STAGE_NAME}")):
+        scaffold.init_stage(empty, name)
+    assert not empty.exists()
+    existing = tmp_path / "existing"
+    scaffold.init_project(existing)
+    before = _snapshot(existing)
+    with pytest.raises(scaffold.InitRefused, match="wrote nothing"):
+        scaffold.init_stage(existing, name)
+    assert _snapshot(existing) == before
+
+
+@given(st.text(max_size=12))
+def test_the_name_rule_is_prereg_stage_name_rule(name):
+    allowed = re.fullmatch(STAGE_NAME, name) and not keyword.iskeyword(name.replace("-", "_"))
+    try:
+        scaffold.check_stage_name(name)
+    except scaffold.InitRefused as refused:
+        assert not allowed and repr(name) in str(refused)
+    else:
+        assert allowed
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("class", "a Python keyword"),
+        ("json", "a module 'json' is importable here already"),
+    ],
+)
+def test_a_name_whose_package_cannot_be_the_projects_own_is_refused(tmp_path, name, why):
+    with pytest.raises(scaffold.InitRefused, match=re.escape(why)):
+        scaffold.init_stage(tmp_path / "new", name)
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("existing", [STAGE_FILES[0], STAGE_FILES[3], STAGE_FILES[2]])
+def test_an_existing_stage_file_is_refused_by_name_and_nothing_written(tmp_path, existing):
+    root = tmp_path / "study"
+    scaffold.init_project(root)
+    (root / existing).parent.mkdir(parents=True, exist_ok=True)
+    (root / existing).write_text("# mine\n")
+    before = _snapshot(root)
+    with pytest.raises(scaffold.InitRefused, match=rf"already holds {re.escape(existing)};"):
+        scaffold.init_stage(root, STAGE)
+    assert _snapshot(root) == before
+
+
+def test_a_stage_another_plan_has_is_refused_naming_the_plan(tmp_path):
+    root = tmp_path / "study"
+    scaffold.init_stage(root, STAGE)
+    plan = json.loads((root / LAYOUT.plan).read_text())
+    (root / LAYOUT.plan).unlink()
+    (root / "plans" / "OTHER.json").write_text(json.dumps(plan))
+    ini = root / "pytest.ini"
+    ini.write_text(ini.read_text().replace(LAYOUT.plan, "plans/OTHER.json"))
+    before = _snapshot(root)
+    with pytest.raises(scaffold.InitRefused, match="plans/OTHER.json .* already has a stage"):
+        scaffold.init_stage(root, STAGE)
+    assert _snapshot(root) == before
+
+
+def test_the_command_refuses_a_bad_name_with_exit_2(tmp_path):
+    project = ScratchProject(tmp_path)
+    done = project.prereg("init", "--stage", "Bad_Name", "study")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "stage-name rule" in done.stderr and "'Bad_Name'" in done.stderr, done.stderr
+    assert not (tmp_path / "study").exists()
+
+
+_PLANS = st.lists(st.from_regex(r"plans/[A-Z]{1,6}\.json", fullmatch=True), max_size=3)
+
+
+@given(
+    plans=_PLANS,
+    style=st.sampled_from(["inline", "continuation", "absent"]),
+    newline=st.sampled_from(["\n", "\r\n"]),
+    before=st.lists(st.sampled_from(["addopts = -ra", "# a comment", ""]), unique=True),
+    after=st.lists(st.sampled_from(["testpaths = checks", "[other]", "x = 1"]), unique=True),
+    trailing=st.booleans(),
+)
+def test_the_plan_line_is_added_and_every_other_byte_kept(
+    plans, style, newline, before, after, trailing
+):
+    if style == "inline":
+        key = [f"prereg_plans = {' '.join(plans)}"]
+    elif style == "continuation":
+        key = ["prereg_plans =", *(f"    {p}" for p in plans)]
+    else:
+        key, plans = [], []
+    text = newline.join(["[pytest]", *before, *key, *after]) + (newline if trailing else "")
+    edited = scaffold.add_plan_to_ini(text, "plans/NEW_PLAN.json")
+    parsed = iniconfig.IniConfig("pytest.ini", data=edited)
+    assert parsed["pytest"]["prereg_plans"].split() == [*plans, "plans/NEW_PLAN.json"]
+    eol = newline if newline in text else "\n"  # the file's line end; a one-line file: \n
+    added = [f"prereg_plans ={eol}"] if not key else []
+    kept = edited.splitlines(True)
+    for line in [*added, f"    plans/NEW_PLAN.json{eol}"]:
+        kept.remove(line)
+    # Every other byte is kept; a last line without a line end gets one.
+    assert "".join(kept) == (text if text.endswith(newline) else text + eol)
+
+
+def test_an_ini_without_a_pytest_section_is_refused(tmp_path):
+    root = tmp_path / "study"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "pytest.ini").write_text("[tool:pytest]\naddopts = -ra\n")
+    with pytest.raises(scaffold.InitRefused, match=r"pytest.ini has no \[pytest\] section"):
+        scaffold.init_stage(root, STAGE)
+    assert _snapshot(root) == {"pytest.ini": b"[tool:pytest]\naddopts = -ra\n"}
