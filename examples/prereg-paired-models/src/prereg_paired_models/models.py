@@ -24,11 +24,12 @@ def draw(settings: Settings, rng: np.random.Generator) -> Replicate:
 
     The draws happen in one fixed order (features, then noise, training points first), so
     the generator built from the replicate's seed always gives the same replicate."""
-    n = settings.n_train + settings.n_test
-    x = rng.standard_normal((n, settings.n_features))
+    data = settings.data
+    n = data.n_train + data.n_test
+    x = rng.standard_normal((n, data.n_features))
     noise = rng.standard_normal(n)
-    y = settings.amplitude * np.sin(settings.frequency * x).sum(axis=1) + settings.noise_sd * noise
-    cut = settings.n_train
+    y = data.amplitude * np.sin(data.frequency * x).sum(axis=1) + data.noise_sd * noise
+    cut = data.n_train
     return Replicate(x[:cut], y[:cut], x[cut:], y[cut:])
 
 

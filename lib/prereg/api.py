@@ -1,0 +1,119 @@
+"""prereg's public API for a stage kind, in one import: ``from prereg import api``.
+
+A stage kind is a :class:`StageKind`; this module holds what its parts need, so a kind is a
+few lines around the experiment's own code (``examples/prereg-paired-models`` is one)::
+
+    @dataclass(frozen=True)
+    class Settings(api.StageSettings):
+        replicates: int = api.bounded(minimum=2)
+        confidence: float = api.bounded(above=0, below=1)
+
+    KIND = api.StageKind(
+        name="my.kind",
+        settings=api.settings_parser(Settings),       # errors name stages.<s>.parameters.<field>
+        summarise=api.summarise_items("summary.json", "out.json"),
+        replay=api.rerun_replay(run_item, cells, rtol=1e-9),
+        render=api.render_summary("My comparison", "summary.json"),
+    )
+
+Settings and parsing
+    :func:`settings_parser`, :func:`parse_as`, :func:`parameters_of`, :func:`field_tree`,
+    :func:`bounded`,
+    :class:`StageSettings`, :class:`SettingsError` (:mod:`prereg.typed_settings`).
+Result files
+    :func:`save_json`, :func:`load_json`, :func:`json_value`, :func:`save_npz`,
+    :func:`load_npz` (:mod:`prereg.kind_tools`).
+Replay
+    :func:`rerun_replay` (reruns the items' own code and the summary, compares every file),
+    or, for a replay of one's own, :func:`compare`, :func:`compare_folders`,
+    :func:`replay_outputs`, :func:`seed_findings`.
+Summary and report
+    :func:`collect_items`, :func:`summarise_items`, :func:`render_summary`, and
+    :mod:`html` (:mod:`prereg.report.html`) for a section of one's own.
+Seeds
+    :func:`derivation`, :func:`seed`, :func:`numpy_generator`, :func:`torch_generator`
+    (:mod:`prereg.seeds`), :func:`torch_seeded` (torch's global generator, forked).
+Stage kinds, items, runs and plans
+    :class:`StageKind`, :class:`RunView`, :func:`coordinate_key`, :func:`load_kind`,
+    :class:`ItemContext`, :class:`BudgetExceeded`, :class:`SectionContext`,
+    :class:`RunFolder`, :class:`RunLayout`, :func:`load_plan`, :class:`Plan`,
+    :func:`validate_stage`.
+
+docs/API.md, section "prereg.api", lists every name of :data:`__all__`.
+"""
+
+from __future__ import annotations
+
+from prereg.context import BudgetExceeded, ItemContext
+from prereg.kind_tools import (
+    collect_items,
+    compare,
+    compare_folders,
+    json_value,
+    load_json,
+    load_npz,
+    render_summary,
+    replay_outputs,
+    rerun_replay,
+    save_json,
+    save_npz,
+    seed_findings,
+    summarise_items,
+    torch_seeded,
+)
+from prereg.plans import Plan, load_plan, validate_stage
+from prereg.report import html
+from prereg.report.sections import SectionContext
+from prereg.runs import RunFolder, RunLayout
+from prereg.seeds import derivation, numpy_generator, seed, torch_generator
+from prereg.stages import RunView, StageKind, coordinate_key, load_kind
+from prereg.typed_settings import (
+    SettingsError,
+    StageSettings,
+    bounded,
+    field_tree,
+    parameters_of,
+    parse_as,
+    settings_parser,
+)
+
+__all__ = [
+    "BudgetExceeded",
+    "ItemContext",
+    "Plan",
+    "RunFolder",
+    "RunLayout",
+    "RunView",
+    "SectionContext",
+    "SettingsError",
+    "StageKind",
+    "StageSettings",
+    "bounded",
+    "collect_items",
+    "compare",
+    "compare_folders",
+    "coordinate_key",
+    "derivation",
+    "field_tree",
+    "html",
+    "json_value",
+    "load_json",
+    "load_kind",
+    "load_npz",
+    "load_plan",
+    "numpy_generator",
+    "parameters_of",
+    "parse_as",
+    "render_summary",
+    "replay_outputs",
+    "rerun_replay",
+    "save_json",
+    "save_npz",
+    "seed",
+    "seed_findings",
+    "settings_parser",
+    "summarise_items",
+    "torch_generator",
+    "torch_seeded",
+    "validate_stage",
+]
