@@ -1,10 +1,13 @@
-"""One-run approval records and the gate that checks them.
+"""One-run approval records: writing them (``prereg approve``), finding the one a run
+uses, binding inputs and required runs, refusal records, and the run ids in use.
 
 ``prereg approve`` writes ``plans/approvals/<run-id>.json`` from a clean HEAD (the
 *source anchor*). The researcher commits it; that commit may differ from the anchor by
-the record alone. Before any item runs, :func:`check_gate` verifies every condition
-and returns the refusals, each naming the condition, the values that differ and the
-fix. A refusal does not spend the run id; the first item of a run that passed does.
+the record alone. Before any item runs, the gate (:mod:`prereg.gate`: ``gather`` the
+facts, ``check`` every condition) returns the refusals, each naming the condition, the
+values that differ and the fix; approve judges the same conditions. A refusal does not
+spend the run id; the spend, once the items about to run are the stage's whole item set,
+does.
 """
 
 from __future__ import annotations
