@@ -289,3 +289,29 @@ def test_status_of_an_empty_project_says_what_to_do(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "no stages: pytest.ini names no plan under prereg_plans" in done.stdout
     assert json.loads(empty.prereg("status", "--json").stdout) == {"stages": [], "problems": []}
+
+
+MODULE_RUN_ID = "toy-20261202-001"
+
+
+# -- what approve checks before anything can be spent -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("module", "message"),
+    [
+        ("experiments/test_missing.py", "is no file in the checkout: a run would have no items"),
+        ("checks/test_soft.py", "is not under pytest.ini's prereg_research_paths ['experiments']"),
+    ],
+)
+def test_approve_refuses_a_stage_module_no_run_would_collect(tmp_path, module, message):
+    toy = make_toy_repo(tmp_path / "toy")
+    plan = toy.root / "plans" / "TOY_PLAN.json"
+    data = json.loads(plan.read_text())
+    data["stages"]["toy"]["module"] = module
+    plan.write_text(json.dumps(data, indent=2))
+    toy.commit("A stage module no run collects")
+    refused = toy.approve("toy", MODULE_RUN_ID, check=False)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"stages.toy.module {module!r} {message}" in refused.stderr, refused.stderr
+    assert not (toy.root / "plans" / "approvals" / f"{MODULE_RUN_ID}.json").exists()

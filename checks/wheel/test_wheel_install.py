@@ -284,3 +284,48 @@ def test_an_installed_module_edited_in_place_and_imported_by_an_item_ends_the_ru
     finally:
         shutil.rmtree(meta)
         (site / "helperlib.py").unlink()
+
+
+def test_a_scaffolded_stage_is_rehearsed_approved_run_twice_identically_audited_and_reported(
+    venv, tmp_path
+):
+    """The newcomer's path on a wheel: ``prereg init --stage``, the software checks, a
+    rehearsal (nothing spent), ``prereg approve`` taking the next free run id, a serial run
+    and a two-worker run with byte-identical outputs, clean audits and the report."""
+    env = user_env(venv)
+    prereg, pytest_ = venv / "bin" / "prereg", venv / "bin" / "pytest"
+    stage = "my-study"
+    (tmp_path / "work").mkdir()
+    ok(run([prereg, "init", "--stage", stage, "study"], tmp_path / "work", env))
+    study = tmp_path / "work" / "study"
+    for args in (["config", "user.email", "r@example.org"], ["config", "user.name", "R"]):
+        ok(run(["git", *args], study, env))
+    commit(study, env, "Preregister my-study")
+    ok(run([pytest_, "-m", "software"], study, env))
+
+    rehearsal = ok(run([pytest_, f"--research-stage={stage}", "--rehearse", "-k", "0"], study, env))
+    assert "rehearsal: not a run, nothing spent" in rehearsal.stdout, rehearsal.stdout
+    assert ok(run(["git", "for-each-ref", "refs/prereg"], study, env)).stdout == ""
+
+    run_ids = []
+    for workers in ([], ["-n", "2"]):
+        approved = ok(run([prereg, "approve", "--stage", stage, "--accept-deviations"], study, env))
+        (run_id,) = {
+            word for word in approved.stdout.split() if word.startswith(f"{stage}-")
+            and word.count("-") == 3 and not word.endswith(".json")
+        }  # fmt: skip
+        commit(study, env, f"Approve {run_id}")
+        done = ok(run([pytest_, f"--research-stage={stage}", *workers], study, env))
+        assert f"run {run_id} complete" in done.stdout, done.stdout
+        audit = ok(run([prereg, "audit", f"runs/{run_id}"], study, env))
+        assert "clean" in audit.stdout and "replayed" in audit.stdout, audit.stdout
+        run_ids.append(run_id)
+    assert run_ids[0] != run_ids[1] and run_ids[1].endswith("-002"), run_ids
+    ok(run([prereg, "report", *(f"runs/{r}" for r in run_ids)], study, env))
+    serial, parallel = (item_outputs(study, r) for r in run_ids)
+    assert serial and serial == parallel, "the same approved stage wrote different item outputs"
+    summaries = [
+        {p.name: p.read_bytes() for p in (study / "runs" / r / "summary").rglob("*") if p.is_file()}
+        for r in run_ids
+    ]
+    assert summaries[0] and summaries[0] == summaries[1]

@@ -40,7 +40,7 @@ from prereg.runs import (
     valid_run_id,
 )
 from prereg.schema import MapOf, Nullable, Optional, validate
-from prereg.stages import load_kind
+from prereg.stages import ini_list, load_kind
 
 FORMAT = "prereg-approval-1"
 BASELINE = Path("plans") / "BASELINE.json"
@@ -355,6 +355,24 @@ def bound_run_warnings(root: Path, requires: dict) -> list[str]:
 # -- approve ---------------------------------------------------------------------------------
 
 
+def stage_module_problem(root: Path, plan_path: Path, stage: str, module: str) -> str | None:
+    """Why a research run of ``stage`` would collect no item from its module: the file is
+    missing, or lies outside pytest.ini's ``prereg_research_paths`` (a run collects a stage
+    only there, and a software run would collect its items)."""
+    where = f"{Path(plan_path).as_posix()}: stages.{stage}.module {module!r}"
+    if not (Path(root) / module).is_file():
+        return f"{where} is no file in the checkout: a run would have no items; write it or fix the path"
+    research = ini_list(root, "prereg_research_paths")
+    parts = Path(module).parts
+    if not any(parts[: len(Path(r).parts)] == Path(r).parts for r in research):
+        return (
+            f"{where} is not under pytest.ini's prereg_research_paths {research}: a research run "
+            "collects a stage only there; move the module there, or add its folder to "
+            "prereg_research_paths"
+        )
+    return None
+
+
 def create_approval(
     root: Path,
     *,
@@ -382,6 +400,9 @@ def create_approval(
         )
     validate_stage(plan, stage)
     spec = plan.stage(stage)
+    module_problem = stage_module_problem(root, plan_path, stage, spec["module"])
+    if module_problem:
+        raise ApprovalError(module_problem)
     record_path = approval_path(root, run_id)
     if record_path.exists():
         raise ApprovalError(

@@ -145,13 +145,10 @@ def _tool(root: Path, name: str) -> str:
 
 
 def _default_plan(root: Path, stage: str) -> Path:
-    import configparser
-
     from prereg.plans import load_plan
+    from prereg.stages import ini_list
 
-    ini = configparser.ConfigParser()
-    ini.read(root / "pytest.ini")
-    for rel in ini.get("pytest", "prereg_plans", fallback="").split():
+    for rel in ini_list(root, "prereg_plans"):
         if stage in load_plan(root / rel).stages:
             return Path(rel)
     raise SystemExit(

@@ -268,18 +268,23 @@ def _project_kind(name: str) -> StageKind:
     return kind
 
 
-def use_project_code(root: Path) -> None:
-    """Put the project's code folders first on ``sys.path`` for a command run outside pytest
-    (``prereg approve``, ``audit``, ``report``), as pytest does for a run: the checkout's top
-    and each folder ``pythonpath`` in its pytest.ini names (relative to the top)."""
+def ini_list(root: Path, key: str) -> list[str]:
+    """The values of ``key`` in the ``[pytest]`` section of the project's pytest.ini (a
+    list, as pytest reads ``prereg_plans``, ``prereg_research_paths`` and ``pythonpath``
+    outside pytest); none when the file or the key is missing."""
     import configparser
 
     ini = configparser.ConfigParser()
     ini.read(Path(root) / "pytest.ini")
+    return ini.get("pytest", key, fallback="").split()
+
+
+def use_project_code(root: Path) -> None:
+    """Put the project's code folders first on ``sys.path`` for a command run outside pytest
+    (``prereg approve``, ``audit``, ``report``), as pytest does for a run: the checkout's top
+    and each folder ``pythonpath`` in its pytest.ini names (relative to the top)."""
     folders = [str(Path(root))]
-    folders += [
-        str(Path(root, rel)) for rel in ini.get("pytest", "pythonpath", fallback="").split()
-    ]
+    folders += [str(Path(root, rel)) for rel in ini_list(root, "pythonpath")]
     sys.path[:0] = [f for f in folders if f not in sys.path]
 
 

@@ -7,7 +7,6 @@ approval record or a run folder names is listed too, with no plan.
 
 from __future__ import annotations
 
-import configparser
 from datetime import date
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from prereg.approval import (
 )
 from prereg.plans import load_plan
 from prereg.runs import all_runs, has_started, valid_run_id
+from prereg.stages import ini_list
 
 COMMITTED = "committed"
 NOT_COMMITTED = "not committed"
@@ -29,9 +29,7 @@ EDITED = "edited since its commit"
 
 def plan_paths(root: Path) -> list[str]:
     """The plans pytest.ini names under ``prereg_plans``, relative to the root, in order."""
-    ini = configparser.ConfigParser()
-    ini.read(Path(root) / "pytest.ini")
-    return ini.get("pytest", "prereg_plans", fallback="").split()
+    return ini_list(root, "prereg_plans")
 
 
 def commit_state(root: Path, path: Path) -> str:
