@@ -228,3 +228,28 @@ def test_a_rehearsed_e04_item_keeps_its_vectors_in_the_rehearsal_folder(tmp_path
         RunView(root=tmp_path, run_dir=folder, plan=plan, stage="e04", items=()).shared_root
         == tmp_path
     )
+
+
+def test_a_summary_that_needs_the_whole_stage_is_a_note_for_a_selection(tmp_path):
+    """A kind whose summary needs every item: rehearsing one item passes, the summary's
+    failure a note naming the selection; the whole stage rehearsed writes its summary."""
+    toy = make_toy_repo(tmp_path / "toy")
+    kind = toy.root / "toykind.py"
+    kind.write_text(
+        "from prereg.stages import StageKind\n\n\n"
+        "def summarise(view):\n"
+        "    if len(view.items) != 4:\n"
+        "        raise ValueError(f'the summary needs 4 items, got {len(view.items)}')\n\n\n"
+        "KIND = StageKind(name='toykind:KIND', summarise=summarise)\n"
+    )
+    plan = toy.root / "plans" / "TOY_PLAN.json"
+    plan.write_text(plan.read_text().replace('"kind": "plain"', '"kind": "toykind:KIND"'))
+    one = toy.pytest("--research-stage=toy", "--rehearse", "-k", "cell2")
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert "note: the stage summary failed" in one.stdout and "-k 'cell2'" in one.stdout
+    whole = toy.pytest("--research-stage=toy", "--rehearse")
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    records = sorted(runs.all_rehearsals(toy.root), key=lambda r: r["started_at"])
+    assert [r["status"] for r in records] == ["passed", "passed"]
+    assert records[0]["selection"] == "-k 'cell2'" and records[0]["summary_note"]
+    assert records[1]["selection"] is None and records[1]["summary_note"] is None
