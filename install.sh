@@ -12,7 +12,7 @@
 # torch==2.13.0 goes in first, explicitly: on these machines that pin takes the local CPU
 # wheel, while any looser torch requirement would download a multi-GB CUDA build. With
 # --pinned, torch (the plan's pin) is installed only from a source that serves a CPU build;
-# pip never resolves torch by itself. docs/PINNED_ENVIRONMENT.md says what each path gives.
+# pip never resolves torch by itself. docs/how-to/pinned-python-3.9.md says what each path gives.
 set -euo pipefail
 cd "$(dirname "$0")"
 python=${PYTHON:-python3}

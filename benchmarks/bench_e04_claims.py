@@ -18,7 +18,7 @@ duplication depends on it: ``--parity both`` (default) runs each variant once wi
 workers' pids even and once with one even, one odd (a worker re-starts itself until its
 pid has the parity asked). Reports per run: wall time of the pair, texts each worker
 embedded (counted at the backend), unique texts, and the pids' parity. Results:
-docs/E04_EMBEDDING_CLAIMS.md.
+docs/records/E04_EMBEDDING_CLAIMS.md.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ manifest format's own fields): *before the run id is spent* (interpreter start, 
 load, the gate, the clean listing of the whole stage), *items* (start record to manifest
 end) and *after* (writing and recording the manifest, exit); the items' own time is the
 sum and the maximum of the manifest's ``items[].elapsed_seconds``. The machine may be
-shared: figures are printed, never asserted. Results: docs/HARNESS_OVERHEAD.md.
+shared: figures are printed, never asserted. Results: docs/records/HARNESS_OVERHEAD.md.
 """
 
 from __future__ import annotations

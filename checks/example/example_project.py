@@ -1,5 +1,5 @@
-"""A newcomer's project holding the paired-models example, laid out as README.md's
-"Preregister your own experiment" says: ``prereg init``, copy the plan and experiments
+"""A newcomer's project holding the paired-models example, laid out as
+docs/how-to/worked-example.md says: ``prereg init``, copy the plan and experiments
 module from ``examples/prereg-paired-models/project/``, name the plan in pytest.ini, commit."""
 
 from __future__ import annotations

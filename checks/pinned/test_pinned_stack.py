@@ -5,7 +5,7 @@ and rebuilt when install.sh, constraints/pinned.txt, pyproject.toml or the inter
 change. On it: the versions are the plan's, the statistics and harness checks pass, and the
 calibration stage on the demo plan approves naming only the deviations that remain
 (platform, Python patch release, torch), runs, audits clean, and its results match this
-project's stack file by file within the tolerance docs/PINNED_ENVIRONMENT.md states.
+project's stack file by file within the tolerance docs/how-to/pinned-python-3.9.md states.
 Skipped only when no Python of the plan's minor version is on this machine.
 """
 
@@ -33,7 +33,7 @@ VENV = REPO / "cache" / "pinned-venv"
 PINS = json.loads((REPO / PLAN).read_text())["environment_pins"]
 MINOR = ".".join(PINS["python"].split(".")[:2])
 
-# Stated tolerance for results that are not byte-identical (docs/PINNED_ENVIRONMENT.md):
+# Stated tolerance for results that are not byte-identical (docs/how-to/pinned-python-3.9.md):
 # every string, integer, boolean and count equal; floats within this relative difference.
 # Measured here: at most 1.3e-11 (t quantiles, widths, Clopper-Pearson bounds from SciPy).
 RELATIVE_TOLERANCE = 1e-9

@@ -10,7 +10,7 @@ Artifact format (JSON, UTF-8)::
 research plan refuses them (``allow_synthetic = false``). As in the task file
 (:mod:`prereg.e04.tasks`), it is optional and absent means false: one rule for both
 files. Every problem of an artifact is reported at once
-(:func:`reformulation_problems`); the fields are tabled in docs/E04_INPUTS.md.
+(:func:`reformulation_problems`); the fields are tabled in docs/how-to/e04-inputs.md.
 """
 
 from __future__ import annotations
