@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -310,10 +311,7 @@ def test_a_scaffolded_stage_is_rehearsed_approved_run_twice_identically_audited_
     run_ids = []
     for workers in ([], ["-n", "2"]):
         approved = ok(run([prereg, "approve", "--stage", stage, "--accept-deviations"], study, env))
-        (run_id,) = {
-            word for word in approved.stdout.split() if word.startswith(f"{stage}-")
-            and word.count("-") == 3 and not word.endswith(".json")
-        }  # fmt: skip
+        (run_id,) = set(re.findall(rf"\b{stage}-[0-9]{{8}}-[0-9]{{3}}\b", approved.stdout))
         commit(study, env, f"Approve {run_id}")
         done = ok(run([pytest_, f"--research-stage={stage}", *workers], study, env))
         assert f"run {run_id} complete" in done.stdout, done.stdout
