@@ -38,13 +38,23 @@ Stage kinds, items, runs and plans
     :class:`ItemContext`, :class:`BudgetExceeded`, :class:`SectionContext`,
     :class:`RunFolder`, :class:`RunLayout`, :func:`load_plan`, :class:`Plan`,
     :func:`validate_stage`.
+Records and formats (what prereg's own protocols, :mod:`prereg.rp002a` and :mod:`prereg.e04`, use)
+    canonical JSON and hashes (:func:`write_json`, :func:`read_json`, :func:`canonical_json`,
+    :func:`sha256_bytes`, :func:`sha256_file`), the ``.npz`` format :mod:`arrays`, the plan
+    schema language (:func:`validate`, :class:`SchemaError`, :data:`PositiveInt`, ...),
+    :mod:`registry` (entry points), :class:`PeakScope`, :func:`head_commit` and
+    :class:`ApprovalError`.
 
 docs/API.md, section "prereg.api", lists every name of :data:`__all__`.
 """
 
 from __future__ import annotations
 
+from prereg import arrays, registry
+from prereg.approval import ApprovalError
 from prereg.context import BudgetExceeded, ItemContext
+from prereg.gitrepo import head_commit
+from prereg.hashing import canonical_json, read_json, sha256_bytes, sha256_file, write_json
 from prereg.kind_tools import (
     collect_items,
     compare,
@@ -62,9 +72,27 @@ from prereg.kind_tools import (
     torch_seeded,
 )
 from prereg.plans import Plan, load_plan, validate_stage
+from prereg.provenance import PeakScope
 from prereg.report import html
 from prereg.report.sections import SectionContext
 from prereg.runs import RunFolder, RunLayout
+from prereg.schema import (
+    ANY,
+    Finite,
+    MapOf,
+    NonNegativeFloat,
+    NonNegativeInt,
+    Nullable,
+    OneOf,
+    Optional,
+    PositiveFloat,
+    PositiveInt,
+    Probability,
+    Range,
+    SchemaError,
+    UnitInterval,
+    validate,
+)
 from prereg.seeds import derivation, numpy_generator, seed, torch_generator
 from prereg.stages import RunView, StageKind, coordinate_key, load_kind
 from prereg.typed_settings import (
@@ -78,23 +106,42 @@ from prereg.typed_settings import (
 )
 
 __all__ = [
+    "ANY",
+    "ApprovalError",
     "BudgetExceeded",
+    "Finite",
     "ItemContext",
+    "MapOf",
+    "NonNegativeFloat",
+    "NonNegativeInt",
+    "Nullable",
+    "OneOf",
+    "Optional",
+    "PeakScope",
     "Plan",
+    "PositiveFloat",
+    "PositiveInt",
+    "Probability",
+    "Range",
     "RunFolder",
     "RunLayout",
     "RunView",
+    "SchemaError",
     "SectionContext",
     "SettingsError",
     "StageKind",
     "StageSettings",
+    "UnitInterval",
+    "arrays",
     "bounded",
+    "canonical_json",
     "collect_items",
     "compare",
     "compare_folders",
     "coordinate_key",
     "derivation",
     "field_tree",
+    "head_commit",
     "html",
     "json_value",
     "load_json",
@@ -104,6 +151,8 @@ __all__ = [
     "numpy_generator",
     "parameters_of",
     "parse_as",
+    "read_json",
+    "registry",
     "render_summary",
     "replay_outputs",
     "rerun_replay",
@@ -112,8 +161,12 @@ __all__ = [
     "seed",
     "seed_findings",
     "settings_parser",
+    "sha256_bytes",
+    "sha256_file",
     "summarise_items",
     "torch_generator",
     "torch_seeded",
+    "validate",
     "validate_stage",
+    "write_json",
 ]

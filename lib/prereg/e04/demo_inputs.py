@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from prereg.api import numpy_generator, read_json
 from prereg.e04.synthetic import make_synthetic_repository
-from prereg.hashing import read_json
-from prereg.seeds import numpy_generator
 
 DEMO_PLAN = "plans/demo/E04_PLAN.json"
 FIXTURE_SEED_NAMESPACE = "e04-demo-fixture"

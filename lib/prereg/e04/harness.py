@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from prereg import registry
+from prereg.api import registry
 from prereg.e04.cache import VectorCache, embed_with_cache_report
 from prereg.e04.dense import DenseFileIndex
 from prereg.e04.embeddings import EmbeddingBackend

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prereg.api import Plan
 from prereg.e04.cache import VectorCache
 from prereg.e04.plan import E04Settings, settings_of
 from prereg.e04.reformulations import (
@@ -28,7 +29,6 @@ from prereg.e04.tasks import (
     task_document_problems,
     validate_against_repository,
 )
-from prereg.plans import Plan
 
 INPUTS = ("repository", "tasks", "reformulations")
 

@@ -12,9 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prereg.e04.backends import BACKENDS
-from prereg.e04.harness import CHUNK_TEXT_VERSION, LexicalSpec, default_registry
-from prereg.schema import (
+from prereg.api import (
     NonNegativeFloat,
     NonNegativeInt,
     Nullable,
@@ -26,6 +24,8 @@ from prereg.schema import (
     SchemaError,
     validate,
 )
+from prereg.e04.backends import BACKENDS
+from prereg.e04.harness import CHUNK_TEXT_VERSION, LexicalSpec, default_registry
 
 IDENTITY = {
     "backend": str,

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from prereg.api import RunView, canonical_json, derivation, numpy_generator, read_json, sha256_file
 from prereg.e04 import analysis
 from prereg.e04.backends import CacheOnlyBackend, MissingVectorError, build_backend
 from prereg.e04.cells import (
@@ -50,9 +51,6 @@ from prereg.e04.summary import (
     expected_cells,
     run_texts_of_view,
 )
-from prereg.hashing import canonical_json, read_json, sha256_file
-from prereg.seeds import derivation, numpy_generator
-from prereg.stages import RunView
 
 # Fields compared after a rebuild: everything reproducible a record holds.
 _REBUILT_FIELDS = ("ranking", "index", "measures", "paired", "distractors", "generated_sha256")

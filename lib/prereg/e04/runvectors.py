@@ -44,14 +44,13 @@ from pathlib import Path
 
 import numpy as np
 
+from prereg.api import canonical_json, numpy_generator, sha256_bytes, sha256_file
 from prereg.e04.backends import MissingVectorError
 from prereg.e04.cells import BASELINE, S001, S002, CorpusStore
 from prereg.e04.embeddings import canonical_identity_json, identity_sha256
 from prereg.e04.harness import _sorted_functions, query_for
 from prereg.e04.plan import Cell, E04Settings
 from prereg.e04.types import GoFunction
-from prereg.hashing import canonical_json, sha256_bytes, sha256_file
-from prereg.seeds import numpy_generator
 
 VECTORS_FILE = "e04_vectors.npy"
 VECTOR_KEYS_FILE = "e04_vectors.json"

@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from prereg.context import ItemContext
+from prereg.api import ApprovalError, ItemContext, Plan, StageKind, derivation, write_json
 from prereg.e04 import progress
 from prereg.e04.backends import build_backend
 from prereg.e04.cells import TIMING, CellOutputs, CorpusStore, Workspace, compute_cell
@@ -44,10 +44,6 @@ from prereg.e04.plan import Cell, E04Settings, grid, item_key, settings_of
 from prereg.e04.replay import replay_run
 from prereg.e04.summary import SUMMARY, SUMMARY_TEXT, summarise
 from prereg.e04.tasks import load_task_file
-from prereg.hashing import write_json
-from prereg.plans import Plan
-from prereg.seeds import derivation
-from prereg.stages import StageKind
 
 __all__ = [  # what the experiment module, the checks and the benchmarks use from here
     "INPUTS",
@@ -73,8 +69,6 @@ __all__ = [  # what the experiment module, the checks and the benchmarks use fro
 
 def check_inputs(plan: Plan, stage: str, inputs: dict[str, Path]) -> None:
     """``prereg approve``: every problem of :func:`input_problems`, refused in one message."""
-    from prereg.approval import ApprovalError
-
     problems = input_problems(plan, stage, inputs)
     if problems:
         error = ApprovalError(f"E04 inputs refused: {InputProblems(problems)}")

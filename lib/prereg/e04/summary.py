@@ -10,14 +10,13 @@ test name or folder name. The replay (:mod:`prereg.e04.replay`) recomputes the s
 
 from __future__ import annotations
 
+from prereg.api import RunView, read_json, write_json
 from prereg.e04 import analysis
 from prereg.e04.cells import BASELINE, S001, S002, CorpusStore
 from prereg.e04.inputs import LoadedInputs, bound_inputs, load_inputs, open_cache
 from prereg.e04.plan import Cell, E04Settings, grid
 from prereg.e04.runvectors import RunTexts, bind_run_vectors, run_texts
 from prereg.e04.tasks import load_task_file
-from prereg.hashing import read_json, write_json
-from prereg.stages import RunView
 
 SUMMARY = "e04_summary.json"
 SUMMARY_TEXT = "SUMMARY.md"

@@ -22,17 +22,24 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from prereg.arrays import load_npz, save_npz
-from prereg.hashing import canonical_json, read_json, write_json
+from prereg.api import (
+    RunFolder,
+    RunView,
+    StageKind,
+    canonical_json,
+    coordinate_key,
+    derivation,
+    numpy_generator,
+    read_json,
+    write_json,
+)
+from prereg.api import arrays as npz
 from prereg.rp002a.settings import (
     CALIBRATION_PARAMETERS,
     CalibrationPlan,
     parse_calibration,
     renderer,
 )
-from prereg.runs import RunFolder
-from prereg.seeds import derivation, numpy_generator
-from prereg.stages import RunView, StageKind, coordinate_key
 from prereg.stats.calibration import (
     CalibrationSettings,
     SimulationCell,
@@ -161,7 +168,7 @@ def run_simulation_item(
     result = run_simulation_cell(cell, simulation_settings(settings), rng)
     record = to_record(result)
     write_json(outputs / FIGURES, record)
-    save_npz(outputs / TRIALS, trial_arrays(result))
+    npz.save_npz(outputs / TRIALS, trial_arrays(result))
     return record
 
 
@@ -170,7 +177,7 @@ def run_bootstrap_item(settings: CalibrationPlan, cell: BootstrapCell, rng, outp
     record = to_record(result)
     write_json(outputs / TIMING, record.pop("non_reproducible"))
     write_json(outputs / FIGURES, record)
-    save_npz(outputs / TRIALS, trial_arrays(result))
+    npz.save_npz(outputs / TRIALS, trial_arrays(result))
     return record
 
 
@@ -351,7 +358,7 @@ def replay(view: RunView) -> list[str]:
         if record["settings"] != json.loads(canonical_json(to_record_settings(cell_settings))):
             findings.append(f"{name}: figures.json settings differ from the plan's")
             continue
-        arrays = load_npz(view.item_dir(item) / TRIALS)
+        arrays = npz.load_npz(view.item_dir(item) / TRIALS)
         for difference in replay_differences(record, arrays, numpy_generator(namespace, *coords)):
             findings.append(f"{name}: {difference}")
     if not findings:

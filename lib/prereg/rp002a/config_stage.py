@@ -19,8 +19,17 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from prereg import gitrepo
-from prereg.hashing import canonical_json, read_json, sha256_bytes, sha256_file, write_json
+from prereg.api import (
+    RunFolder,
+    RunView,
+    StageKind,
+    canonical_json,
+    head_commit,
+    read_json,
+    sha256_bytes,
+    sha256_file,
+    write_json,
+)
 from prereg.rp002a import calibration_stage, variance_stage
 from prereg.rp002a.settings import (
     CONFIG_PARAMETERS,
@@ -28,8 +37,6 @@ from prereg.rp002a.settings import (
     parse_config,
     renderer,
 )
-from prereg.runs import RunFolder
-from prereg.stages import RunView, StageKind
 from prereg.stats import planning
 
 STAGE = "confirmatory-config"
@@ -151,7 +158,7 @@ def run_item(research, root: Path) -> dict:
     config = derive_config(
         research.settings,
         research.required_runs,
-        source_commit=gitrepo.head_commit(root),
+        source_commit=head_commit(root),
         root=root,
     )
     write_json(research.outputs / CONFIG, config)

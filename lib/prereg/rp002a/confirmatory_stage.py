@@ -21,12 +21,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prereg.hashing import canonical_json, read_json, write_json
+from prereg.api import (
+    RunFolder,
+    RunLayout,
+    RunView,
+    StageKind,
+    canonical_json,
+    read_json,
+    write_json,
+)
 from prereg.rp002a import config_stage, variance_stage
 from prereg.rp002a import units as unitlib
 from prereg.rp002a.settings import ConfirmatoryPlan, parse_confirmatory, renderer
-from prereg.runs import RunFolder, RunLayout
-from prereg.stages import RunView, StageKind
 from prereg.stats.decisions import contrast_verdict
 from prereg.stats.intervals import replicate_mean_t_interval
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from prereg.arrays import npy_bytes, write_entry
+from prereg.api import arrays as npz
 
 from .laws import (
     HiddenMarkovLaw,
@@ -193,11 +193,11 @@ def dataset_bytes(datasets: UnitDatasets, provenance: Mapping[str, Any] | None =
     }
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        write_entry(archive, "metadata.json", _canonical_json(metadata))
+        npz.write_entry(archive, "metadata.json", _canonical_json(metadata))
         for name in SPLITS:
             split = datasets.split(name)
-            write_entry(archive, f"{name}_observations.npy", npy_bytes(split.observations))
-            write_entry(archive, f"{name}_targets.npy", npy_bytes(split.targets))
+            npz.write_entry(archive, f"{name}_observations.npy", npz.npy_bytes(split.observations))
+            npz.write_entry(archive, f"{name}_targets.npy", npz.npy_bytes(split.targets))
     return buffer.getvalue()
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from prereg import registry as extensions
+from prereg.api import registry as extensions
 
 #: The one family shipped with the project (see :func:`hidden_markov_erasure_law`).
 HIDDEN_MARKOV_ERASURE = "hidden-markov-erasure"

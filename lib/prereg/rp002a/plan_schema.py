@@ -9,7 +9,7 @@ alpha of the decisions: the calibration's intervals, the planning rule of
 
 from __future__ import annotations
 
-from prereg.schema import (
+from prereg.api import (
     ANY,
     Finite,
     MapOf,

@@ -18,8 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from prereg.rp002a.plan_schema import SHARED, validate_shared
-from prereg.schema import (
+from prereg.api import (
     OneOf,
     PositiveFloat,
     PositiveInt,
@@ -29,6 +28,7 @@ from prereg.schema import (
     UnitInterval,
     validate,
 )
+from prereg.rp002a.plan_schema import SHARED, validate_shared
 from prereg.stats.laws import LAW_NAMES
 
 CALIBRATION = "calibration"

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from prereg.context import BudgetExceeded
+from prereg.api import BudgetExceeded
 from prereg.rp002a.models import initialise_parameters
 
 __all__ = [

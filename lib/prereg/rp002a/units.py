@@ -27,9 +27,8 @@ from typing import Callable
 
 import numpy as np
 
-from prereg import provenance
-from prereg.arrays import save_npz
-from prereg.hashing import write_json
+from prereg.api import PeakScope, write_json
+from prereg.api import arrays as npz
 from prereg.rp002a.datasets import (
     dataset_content_sha256,
     generate_unit_datasets,
@@ -181,7 +180,7 @@ def run_unit(
     for name in shared.learned_models:
         model = learned_model(shared, name)
         started = time.perf_counter()
-        with provenance.PeakScope() as peak:
+        with PeakScope() as peak:
             result = train(
                 model,
                 train_split.observations,
@@ -225,9 +224,9 @@ def run_unit(
             "peak_rss_scope": peak.scope,
             "implementation": implementation_record(shared, name),
         }
-    save_npz(outputs / PROBABILITIES, probabilities)
+    npz.save_npz(outputs / PROBABILITIES, probabilities)
     analysis = assessment_analysis(shared, unit, datasets, probabilities)
-    save_npz(outputs / LOSSES, analysis["losses"])
+    npz.save_npz(outputs / LOSSES, analysis["losses"])
     record = unit_record(shared, unit, datasets, table.to_record(), fits, analysis)
     write_json(outputs / UNIT, record)
     write_json(

@@ -15,8 +15,17 @@ from pathlib import Path
 
 import numpy as np
 
-from prereg.arrays import load_npz
-from prereg.hashing import canonical_json, read_json, write_json
+from prereg.api import (
+    RunFolder,
+    RunView,
+    StageKind,
+    canonical_json,
+    derivation,
+    numpy_generator,
+    read_json,
+    write_json,
+)
+from prereg.api import arrays as npz
 from prereg.rp002a import units as unitlib
 from prereg.rp002a.datasets import dataset_bytes
 from prereg.rp002a.diagnostics import SecondaryDiagnostics, equal_replicate_mean
@@ -26,9 +35,6 @@ from prereg.rp002a.settings import (
     parse_variance,
     renderer,
 )
-from prereg.runs import RunFolder
-from prereg.seeds import derivation, numpy_generator
-from prereg.stages import RunView, StageKind
 
 SUMMARY = "variance_summary.json"
 SUMMARY_TEXT = "SUMMARY.md"
@@ -170,7 +176,7 @@ def replay_unit(
     datasets = unitlib.generate_datasets(shared, unit, lambda *c: numpy_generator(namespace, *c))
     if dataset_bytes(datasets) != (folder / unitlib.DATASETS).read_bytes():
         findings.append("datasets.npz differs from the data regenerated from the seeds")
-    saved = load_npz(folder / unitlib.PROBABILITIES)
+    saved = npz.load_npz(folder / unitlib.PROBABILITIES)
     for name in shared.learned_models:
         model = unitlib.learned_model(shared, name)
         model.load_state_dict(load_weights(folder / unitlib.weights_file(name)))
@@ -194,7 +200,7 @@ def replay_unit(
             "B0: the refitted frequency table does not reproduce the saved probabilities"
         )
     analysis = unitlib.assessment_analysis(shared, unit, datasets, saved)
-    losses = load_npz(folder / unitlib.LOSSES)
+    losses = npz.load_npz(folder / unitlib.LOSSES)
     if set(losses) != set(analysis["losses"]) or any(
         not np.array_equal(losses[k], analysis["losses"][k]) for k in losses
     ):
