@@ -2,7 +2,7 @@
 
 The core (harness, statistics, the calibration stage) installs on the protocol's Python 3.9
 without the ``training`` extra (torch) and the ``e04`` extra (Python >= 3.10 only); see
-docs/PINNED_ENVIRONMENT.md. A check module (or a folder's conftest.py) importing one of
+docs/how-to/pinned-python-3.9.md. A check module (or a folder's conftest.py) importing one of
 those packages at module level would fail to collect there, and a collection error also
 stops every research run, whose gate lists the whole collection. So a module or folder
 whose module-level imports fail exactly because one of these packages is not installed is
@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,117 @@ def site(tmp_path, monkeypatch):
     folder.mkdir()
     monkeypatch.setattr(execution, "site_dirs", lambda: [str(folder)])
     return folder
+
+
+# The run id the shared toy approval is for.
+APPROVED_RUN = "toy-20261130-001"
+
+
+def copy_project(source: Path, target: Path):
+    """A private copy of a scratch project: its tree, git records and runs
+    (:class:`prereg.testing.ToyRepo`)."""
+    from prereg.testing import ToyRepo
+
+    shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns("audits"))
+    return ToyRepo(target)
+
+
+@pytest.fixture(scope="session")
+def approved_toy_template(tmp_path_factory):
+    """The toy project of :func:`prereg.testing.make_toy_repo` with run APPROVED_RUN of its
+    stage approved and the record committed; read-only: checks use :func:`approved_toy`."""
+    from prereg.testing import make_toy_repo
+
+    toy = make_toy_repo(tmp_path_factory.mktemp("approved-toy") / "toy")
+    toy.approve("toy", APPROVED_RUN)
+    return toy
+
+
+@pytest.fixture
+def approved_toy(approved_toy_template, tmp_path):
+    """A private copy of the approved toy project at ``tmp_path / "project"``: the same
+    commits, approval record and (unspent) run id as a fresh ``make_toy_repo`` and
+    ``approve("toy", APPROVED_RUN)``, without running ``prereg approve`` again."""
+    return copy_project(approved_toy_template.root, tmp_path / "project")
+
+
+@pytest.fixture(scope="session")
+def tiny_pipeline(tmp_path_factory) -> Path:
+    """Every RP002A stage, end to end, on the tiny plan (prereg.rp002a.scratch); the runs'
+    repository. Shared by the pipeline and report checks, which only read it (or restore
+    what they change)."""
+    from prereg.rp002a.scratch import run_pipeline, scratch_clone, steps, tiny_plan
+
+    clone = scratch_clone(tmp_path_factory.mktemp("rp002a"), tiny_plan())
+    return run_pipeline(
+        clone, steps("calibration", "target-variance", "confirmatory-config", "confirmatory")
+    )
+
+
+# -- the order of a distributed software run (-n N) ------------------------------------------
+#
+# xdist's default hands out checks one by one in collection order, so the checks of one
+# module land on both workers and each worker builds that module's shared fixtures (a
+# project run once and read by many checks) again, and the long checks collected last
+# (pinned, pipeline, kernel, wheel) leave one worker idle at the end. Here a software run's
+# unit of work is a check module (a folder, for the folders whose checks share a
+# session-scoped run built in their conftest.py), so each shared fixture is built on one
+# worker only, and the units are handed out longest first, as check_seconds.json records
+# them (a unit it does not name counts UNRECORDED_SECONDS per check), so the run ends on
+# short units. A research run keeps xdist's default scheduling.
+
+UNIT_SECONDS = Path(__file__).with_name("check_seconds.json")
+UNRECORDED_SECONDS = 0.5
+# Folders whose checks share a session-scoped fixture: folder -> the unit of work holding it.
+SHARED_FOLDERS = {
+    "checks/report": "checks/report+checks/pipeline",  # tiny_pipeline, toy_runs
+    "checks/pipeline": "checks/report+checks/pipeline",
+    "checks/e04_stage": "checks/e04_stage",  # e04_runs
+}
+
+
+def recorded_unit_seconds() -> dict[str, float]:
+    """Seconds each unit of work took in a recorded run; empty without the record."""
+    try:
+        record = json.loads(UNIT_SECONDS.read_text())
+        return {str(unit): float(seconds) for unit, seconds in record["units"].items()}
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        return {}
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work of a check: its folder when it is a shared one, else its module."""
+    path = nodeid.split("::", 1)[0]
+    folder = path.rpartition("/")[0]
+    return SHARED_FOLDERS.get(folder, path)
+
+
+def longest_first(units: dict[str, dict], record: dict[str, float]) -> list[str]:
+    """The units (unit -> its checks), longest first; units of equal length keep their order."""
+    return sorted(units, key=lambda unit: -record.get(unit, len(units[unit]) * UNRECORDED_SECONDS))
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("research_stage", None) or config.getoption("dist", None) != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LongestUnitFirst(LoadScopeScheduling):
+        """xdist's loadscope with :func:`unit_of` as the scope, longest unit first."""
+
+        ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.ordered:  # the first assignment: the queue holds every unit
+                self.ordered = True
+                order = longest_first(self.workqueue, recorded_unit_seconds())
+                units = [(unit, self.workqueue[unit]) for unit in order]
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
+
+    return LongestUnitFirst(config, log)

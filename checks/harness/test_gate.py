@@ -27,8 +27,8 @@ def assert_refused(toy, done, condition: str, *phrases: str, spent_before: bool 
     assert any(condition in {x["condition"] for x in r["refusals"]} for r in toy.refusals())
 
 
-def test_a_committed_approval_lets_the_stage_run_and_spends_the_run_id(toy):
-    toy.approve("toy", RUN)
+def test_a_committed_approval_lets_the_stage_run_and_spends_the_run_id(approved_toy):
+    toy = approved_toy
     done = toy.pytest("--research-stage=toy")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 passed" in done.stdout and "deselected" in done.stdout
@@ -37,8 +37,8 @@ def test_a_committed_approval_lets_the_stage_run_and_spends_the_run_id(toy):
     assert_refused(toy, again, "run-id-unused", "one approval, one run", spent_before=True)
 
 
-def test_dirty_tree_is_refused(toy):
-    toy.approve("toy", RUN)
+def test_dirty_tree_is_refused(approved_toy):
+    toy = approved_toy
     (toy.root / "notes.txt").write_text("uncommitted")
     assert_refused(toy, toy.pytest("--research-stage=toy"), "clean-source", "notes.txt")
     (toy.root / "notes.txt").unlink()
@@ -47,15 +47,15 @@ def test_dirty_tree_is_refused(toy):
     )
 
 
-def test_a_commit_beyond_the_approval_record_is_refused(toy):
-    toy.approve("toy", RUN)
+def test_a_commit_beyond_the_approval_record_is_refused(approved_toy):
+    toy = approved_toy
     (toy.root / "experiments" / "helper.py").write_text("X = 1\n")
     toy.commit("Change the source after approval")
     assert_refused(toy, toy.pytest("--research-stage=toy"), "clean-source", "experiments/helper.py")
 
 
-def test_an_edited_plan_is_refused(toy):
-    toy.approve("toy", RUN)
+def test_an_edited_plan_is_refused(approved_toy):
+    toy = approved_toy
     plan = json.loads((toy.root / "plans" / "TOY_PLAN.json").read_text())
     plan["stages"]["toy"]["parameters"]["cells"] = 5
     (toy.root / "plans" / "TOY_PLAN.json").write_text(json.dumps(plan))
@@ -63,8 +63,8 @@ def test_an_edited_plan_is_refused(toy):
     assert_refused(toy, toy.pytest("--research-stage=toy"), "plan-hash", "TOY_PLAN.json")
 
 
-def test_an_edited_baseline_file_is_refused(toy):
-    toy.approve("toy", RUN)
+def test_an_edited_baseline_file_is_refused(approved_toy):
+    toy = approved_toy
     (toy.root / "plans" / "CONFIG_PROPOSAL.json").write_text('{"historical": false}\n')
     toy.commit("Rewrite history")
     assert_refused(toy, toy.pytest("--research-stage=toy"), "baseline", "CONFIG_PROPOSAL.json")
@@ -77,8 +77,8 @@ def test_an_approval_for_another_stage_is_refused(tmp_path):
     assert_refused(toy, done, "stage-and-run-id", "'toy'", "'other'")
 
 
-def test_an_unnamed_environment_deviation_is_refused(toy):
-    toy.approve("toy", RUN)
+def test_an_unnamed_environment_deviation_is_refused(approved_toy):
+    toy = approved_toy
     record_path = toy.root / "plans" / "approvals" / f"{RUN}.json"
     record = json.loads(record_path.read_text())
     record["deviations"] = [d for d in record["deviations"] if d["field"] != "python"]
@@ -97,8 +97,8 @@ def test_no_approval_and_unknown_stage_are_usage_errors(toy):
 @pytest.mark.parametrize(
     "option", [["-k", "cell0"], ["--collect-only"], ["experiments/test_toy.py"]]
 )
-def test_a_research_stage_runs_whole(toy, option):
-    toy.approve("toy", RUN)
+def test_a_research_stage_runs_whole(approved_toy, option):
+    toy = approved_toy
     done = toy.pytest("--research-stage=toy", *option)
     assert done.returncode == USAGE_ERROR and "runs whole" in done.stderr
     assert not (toy.root / "runs" / RUN / "start.json").exists()

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 
 import pytest
 
-from prereg.testing import make_toy_repo, stage_spec
+from prereg.testing import ToyRepo, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
+
+SERIAL, PARALLEL = "toy-20261130-001", "toy-20261130-002"
 
 
 def result_files(toy, run_id: str) -> dict[str, str]:
@@ -21,14 +24,31 @@ def result_files(toy, run_id: str) -> dict[str, str]:
     }
 
 
-def test_serial_and_two_workers_give_identical_results_and_one_manifest(toy):
-    toy.approve("toy", "toy-20261130-001")
-    assert toy.pytest("--research-stage=toy").returncode == 0
-    toy.approve("toy", "toy-20261130-002")
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory) -> ToyRepo:
+    """The toy stage run complete serially (SERIAL), then on two workers (PARALLEL)."""
+    toy = make_toy_repo(tmp_path_factory.mktemp("honest") / "toy")
+    toy.approve("toy", SERIAL)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    toy.approve("toy", PARALLEL)
     done = toy.pytest("--research-stage=toy", "-n", "2")
     assert done.returncode == 0, done.stdout + done.stderr
-    serial, parallel = toy.manifest("toy-20261130-001"), toy.manifest("toy-20261130-002")
-    assert result_files(toy, "toy-20261130-001") == result_files(toy, "toy-20261130-002")
+    return toy
+
+
+@pytest.fixture
+def honest_copy(honest: ToyRepo, tmp_path) -> ToyRepo:
+    """A private copy of ``honest`` (its git records and runs) for a check that edits it."""
+    target = tmp_path / "copy"
+    shutil.copytree(honest.root, target, symlinks=True, ignore=shutil.ignore_patterns("audits"))
+    return ToyRepo(target)
+
+
+def test_serial_and_two_workers_give_identical_results_and_one_manifest(honest):
+    toy = honest
+    serial, parallel = toy.manifest(SERIAL), toy.manifest(PARALLEL)
+    assert result_files(toy, SERIAL) == result_files(toy, PARALLEL)
     assert parallel["workers"] == 2 and serial["workers"] == 0
     assert [i["nodeid"] for i in parallel["items"]] == [i["nodeid"] for i in serial["items"]]
     for item in parallel["items"]:
@@ -39,7 +59,7 @@ def test_serial_and_two_workers_give_identical_results_and_one_manifest(toy):
     assert parallel["status"] == "complete" and parallel["expected_items"] == 4
     assert {d["field"] for d in parallel["deviations"]} >= {"python", "platform"}
     assert "numpy" in parallel["environment"]["packages_imported"]
-    for run in ("toy-20261130-001", "toy-20261130-002"):
+    for run in (SERIAL, PARALLEL):
         assert toy.audit(run).returncode == 0
 
 
@@ -115,9 +135,9 @@ def test_an_enforced_budget_counts_from_the_spend(tmp_path, workers):
     assert deadlines == {spent + 600}, (deadlines, spent)
 
 
-def test_audit_names_a_flipped_byte_a_deleted_file_and_an_added_file(toy):
-    toy.approve("toy", "toy-20261130-001")
-    assert toy.pytest("--research-stage=toy").returncode == 0
+def test_audit_names_a_flipped_byte_a_deleted_file_and_an_added_file(honest_copy):
+    toy = honest_copy
+    assert toy.audit("toy-20261130-001").returncode == 0
     items = toy.root / "runs" / "toy-20261130-001" / "items"
     flipped = items / "test_cell[cell0]" / "result.json"
     data = bytearray(flipped.read_bytes())
@@ -132,22 +152,21 @@ def test_audit_names_a_flipped_byte_a_deleted_file_and_an_added_file(toy):
     assert "extra file not in the manifest: items/test_cell[cell2]/extra.bin" in done.stdout
 
 
-def test_audit_checks_the_approval_binding(toy):
-    toy.approve("toy", "toy-20261130-001")
-    assert toy.pytest("--research-stage=toy").returncode == 0
+def test_audit_checks_the_approval_binding(honest_copy):
+    toy = honest_copy
+    assert toy.audit("toy-20261130-001").returncode == 0
     copy = toy.root / "runs" / "toy-20261130-001" / "approval.json"
     copy.write_text(copy.read_text().replace("toy-1.0", "toy-2.0"))
     done = toy.audit("toy-20261130-001")
     assert done.returncode == 1 and "approval" in done.stdout
 
 
-def test_a_summary_that_fails_halfway_is_kept_hashed_and_never_an_aggregate(toy):
+def test_a_summary_that_fails_halfway_is_kept_hashed_and_never_an_aggregate(honest_copy):
     from prereg.audit import _hash_findings
     from prereg.hashing import write_json
     from prereg.manifest import build_manifest
 
-    toy.approve("toy", "toy-20261130-001")
-    assert toy.pytest("--research-stage=toy").returncode == 0
+    toy = honest_copy
     run = toy.run_dir("toy-20261130-001")
     (run / "summary").mkdir()
     (run / "summary" / "half.json").write_text("{}")

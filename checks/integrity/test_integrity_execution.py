@@ -50,10 +50,9 @@ def assert_runs(toy, done) -> None:
 
 
 @pytest.fixture
-def toy(tmp_path):
-    repo = make_toy_repo(tmp_path / "project")
-    repo.approve("toy", RUN)
-    return repo
+def toy(approved_toy):
+    """The toy project at ``tmp_path / "project"`` with run RUN approved and committed."""
+    return approved_toy
 
 
 def sha256(path: Path) -> str:

@@ -46,8 +46,8 @@ def refused(toy, done, condition: str, *phrases: str) -> None:
     "bad",
     ["../../plans/evil-20261130-001", "/tmp/evil-20261130-001", "..", "toy-20261130-001/../../x"],
 )
-def test_a_run_id_that_is_a_path_writes_nothing_outside_runs(toy, bad):
-    toy.approve("toy", RUN)
+def test_a_run_id_that_is_a_path_writes_nothing_outside_runs(approved_toy, bad):
+    toy = approved_toy
     before = sorted(p.relative_to(toy.root) for p in toy.root.rglob("*") if ".git" not in p.parts)
     done = toy.pytest("--research-stage=toy", f"--run-id={bad}")
     assert done.returncode == USAGE_ERROR, done.stdout + done.stderr
@@ -135,8 +135,8 @@ def test_every_well_formed_run_id_is_valid(stage, date, seq):
     assert valid_run_id(f"{stage}-{date}-{seq}")
 
 
-def test_a_record_whose_run_id_is_not_its_file_name_is_refused(toy):
-    toy.approve("toy", RUN)
+def test_a_record_whose_run_id_is_not_its_file_name_is_refused(approved_toy):
+    toy = approved_toy
     record = json.loads((toy.root / "plans" / "approvals" / f"{RUN}.json").read_text())
     record["run_id"] = "../../plans/evil"
     (toy.root / "plans" / "approvals" / f"{RUN}.json").write_text(json.dumps(record))
@@ -162,8 +162,8 @@ def test_an_approval_that_was_never_committed_is_refused_even_when_git_ignores_i
 # -- one approval, one run; one attempt -------------------------------------------------------
 
 
-def test_moving_the_run_folder_away_does_not_buy_a_second_run(toy, tmp_path):
-    toy.approve("toy", RUN)
+def test_moving_the_run_folder_away_does_not_buy_a_second_run(approved_toy, tmp_path):
+    toy = approved_toy
     assert toy.pytest("--research-stage=toy").returncode == 0
     (toy.root / "runs" / RUN).rename(tmp_path / "moved")
     again = toy.pytest("--research-stage=toy", f"--run-id={RUN}")
@@ -200,8 +200,8 @@ def shutil_rmtree(path: Path) -> None:
     shutil.rmtree(path)
 
 
-def test_two_simultaneous_starts_give_one_run_and_one_recorded_refusal(toy):
-    toy.approve("toy", RUN)
+def test_two_simultaneous_starts_give_one_run_and_one_recorded_refusal(approved_toy):
+    toy = approved_toy
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("PYTEST_")}
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--research-stage=toy"]
     runs = [
@@ -238,8 +238,10 @@ def test_two_simultaneous_starts_give_one_run_and_one_recorded_refusal(toy):
         ["--junitxml=elsewhere.xml"],
     ],
 )
-def test_options_that_drop_repeat_or_redirect_items_are_refused_before_spending(toy, options):
-    toy.approve("toy", RUN)
+def test_options_that_drop_repeat_or_redirect_items_are_refused_before_spending(
+    approved_toy, options
+):
+    toy = approved_toy
     cache = toy.root / ".pytest_cache" / "v" / "cache"  # a planted stepwise cache
     cache.mkdir(parents=True)
     (cache / "stepwise").write_text(json.dumps("experiments/test_toy.py::test_cell[cell2]"))
@@ -384,9 +386,9 @@ def test_the_item_set_passes_exactly_when_it_equals_a_stage_of_items(expected, a
         assert found[0].condition == "whole-stage"
 
 
-def test_strictness_overrides_are_not_a_partial_run(toy):
+def test_strictness_overrides_are_not_a_partial_run(approved_toy):
     """pytest spells --strict-markers as -o strict_markers=true: that selects nothing."""
-    toy.approve("toy", RUN)
+    toy = approved_toy
     done = toy.pytest(
         "--research-stage=toy", "--strict-markers", "-o", "console_output_style=count"
     )
@@ -401,8 +403,8 @@ def test_approve_prints_next_steps_that_name_this_environment(toy):
     assert any(f"audit runs/{RUN}" in line for line in lines), lines
 
 
-def test_the_manifest_records_the_execution_environment_without_installed_files(toy):
-    toy.approve("toy", RUN)
+def test_the_manifest_records_the_execution_environment_without_installed_files(approved_toy):
+    toy = approved_toy
     assert toy.pytest("--research-stage=toy").returncode == 0
     execution = toy.manifest(RUN)["environment"]["execution"]
     assert {"PYTEST_ADDOPTS", "PYTHONPATH", "plugins"} <= set(execution)

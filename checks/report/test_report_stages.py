@@ -16,7 +16,7 @@ from browser_probe import CHROMIUM_PATH, check_in_browser
 
 from prereg.e04 import scratch as e04_scratch
 from prereg.report import load_run, render_report
-from prereg.rp002a import scratch as rp002a_scratch
+from prereg.rp002a import scratch as rp002a_scratch  # noqa: F401 - tiny_pipeline needs it
 
 pytestmark = pytest.mark.software
 
@@ -66,12 +66,9 @@ def test_e04_report_per_harness_tables_s001_once_and_dose_plots(e04_run, tmp_pat
 
 
 @pytest.fixture(scope="module")
-def rp002a_runs(tmp_path_factory) -> Path:
-    clone = rp002a_scratch.scratch_clone(
-        tmp_path_factory.mktemp("rp002areport"), rp002a_scratch.tiny_plan()
-    )
-    stages = ("calibration", "target-variance", "confirmatory-config", "confirmatory")
-    return rp002a_scratch.run_pipeline(clone, rp002a_scratch.steps(*stages)) / "runs"
+def rp002a_runs(tiny_pipeline: Path) -> Path:
+    """The runs of the pipeline checks' tiny plan (every RP002A stage), read only here."""
+    return tiny_pipeline / "runs"
 
 
 def _page(runs: Path, stage: str) -> str:
