@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prereg import ledger
-from prereg.audit import COMPLETE_FIELDS, MANIFEST_FIELDS
 from prereg.hashing import sha256_file, write_json
+from prereg.records import COMPLETE_FIELDS, MANIFEST_FIELDS
 from prereg.testing import ToyRepo, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software

@@ -28,7 +28,10 @@ PACKAGE = ROOT / "lib" / "prereg"
 SEARCH_PATH = (ROOT / "lib", ROOT / "examples" / "prereg-paired-models" / "src")
 PUBLIC = {"api"}
 PROTOCOLS = {"rp002a", "e04"}
+# What the protocols may import of prereg besides prereg.api: RP002A's statistics.
+PROTOCOL_SIDE = {"stats"}
 DEMO_IMPORTS_E04 = "prereg.demo_steps -> prereg.e04.demo_inputs"
+E04_RENDERER = "prereg.e04.stage -> prereg.report.e04"
 
 
 def _lint_imports() -> str:
@@ -139,6 +142,22 @@ def test_the_core_list_names_every_module_but_the_protocols():
     assert not source - _children(), f"{CONFIG.name}: no such modules {source - _children()}"
 
 
+def test_the_protocols_may_import_prereg_api_only_and_the_list_names_every_other_module():
+    contract = "protocols-use-public-api"
+    source = _short(_lines(_read(), contract, "source_modules"))
+    forbidden = _short(_lines(_read(), contract, "forbidden_modules"))
+    assert source == PROTOCOLS, f"{CONFIG.name} [{_section(contract)}]: sources {source}"
+    missing = _children() - PUBLIC - PROTOCOLS - PROTOCOL_SIDE - forbidden
+    assert not missing, (
+        f"{CONFIG.name} [{_section(contract)}] forbidden_modules does not list "
+        f"prereg.{', prereg.'.join(sorted(missing))}: add each, or make what the protocols "
+        "use of it public through prereg.api"
+    )
+    allowed = forbidden & (PUBLIC | PROTOCOLS | PROTOCOL_SIDE)
+    assert not allowed, f"{CONFIG.name} [{_section(contract)}] forbids {allowed}"
+    assert not forbidden - _children(), f"{CONFIG.name}: no such modules {forbidden - _children()}"
+
+
 def test_only_modules_that_run_inside_pytest_are_left_out_of_the_no_pytest_list():
     source = _short(_lines(_read(), "no-pytest-outside-runtime", "source_modules"))
     exempt = _children() - source
@@ -198,6 +217,16 @@ BREAKS = {
         "protocols-independent",
         _drop("protocols-independent", "ignore_imports", DEMO_IMPORTS_E04),
         "prereg.rp002a.scratch -> prereg.demo_steps",
+    ),
+    "e04-imports-its-renderer": (
+        "protocols-use-public-api",
+        _drop("protocols-use-public-api", "ignore_imports", E04_RENDERER),
+        E04_RENDERER,
+    ),
+    "protocol-imports-api": (
+        "protocols-use-public-api",
+        _add("protocols-use-public-api", "forbidden_modules", "prereg.api"),
+        "prereg.e04.stage -> prereg.api",
     ),
     "cycle-execution-stages": (
         "layers",

@@ -23,6 +23,7 @@ from prereg import envlock, gate, gitrepo, ledger, provenance, registry
 from prereg.gate import Refusal
 from prereg.hashing import read_json, sha256_file, write_json
 from prereg.plans import load_plan, validate_stage
+from prereg.records import APPROVAL_FORMAT, APPROVAL_SCHEMA, APPROVALS_DIR, approval_record
 from prereg.runs import (
     COMPLETE,
     STAGE_NAME,
@@ -39,31 +40,12 @@ from prereg.runs import (
     runs_dir,
     valid_run_id,
 )
-from prereg.schema import MapOf, Nullable, Optional, validate
+from prereg.schema import MapOf, validate
 from prereg.stages import ini_list, load_kind
 
-FORMAT = "prereg-approval-1"
+FORMAT = APPROVAL_FORMAT
 BASELINE = Path("plans") / "BASELINE.json"
-APPROVALS = Path("plans") / "approvals"
-
-APPROVAL_SCHEMA = {
-    "format": str,
-    "stage": str,
-    "run_id": str,
-    "plan": {"path": str, "sha256": str, "plan_id": str},
-    "baseline": {"path": str, "sha256": str},
-    "source_anchor": str,
-    "seed_namespace": Nullable(str),
-    "environment": dict,
-    "deviations": [{"field": str, "pinned": Nullable(object), "actual": Nullable(object)}],
-    "requires": MapOf({"run_id": str, "manifest_sha256": str}),
-    "inputs": MapOf({"path": str, "kind": str, "sha256": Nullable(str), "commit": Nullable(str)}),
-    "approved_at": str,
-    "approved_by": str,
-    # installed extensions the stage's plan loaded (prereg.registry): group -> name -> origin
-    "extensions": Optional(MapOf(MapOf(registry.EXTENSION_ORIGIN))),
-    "environment_lock": Optional(envlock.LOCK_SCHEMA),
-}
+APPROVALS = Path(APPROVALS_DIR)
 
 
 class ApprovalError(ValueError):
@@ -86,7 +68,8 @@ class Approval:
 
 
 def approval_path(root: Path, run_id: str) -> Path:
-    return Path(root) / APPROVALS / f"{require_run_id(run_id)}.json"
+    """The approval record of ``run_id`` in the checkout ``root`` (the run id is checked first)."""
+    return Path(root) / approval_record(require_run_id(run_id))
 
 
 def load_approval(path: Path) -> Approval:
@@ -97,7 +80,7 @@ def load_approval(path: Path) -> Approval:
     if not valid_run_id(data["run_id"]) or Path(path).stem != data["run_id"]:
         raise ValueError(
             f"{path}: field run_id is {data['run_id']!r}; a record is named after its run id "
-            "(plans/approvals/<stage>-YYYYMMDD-NNN.json): approve again with prereg approve"
+            f"({approval_record('<stage>-YYYYMMDD-NNN')}): approve again with prereg approve"
         )
     return Approval(path=Path(path), sha256=sha256_file(path), data=data)
 

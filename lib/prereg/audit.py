@@ -40,7 +40,31 @@ from prereg.hashing import (
     sha256_bytes,
     sha256_file,
 )
-from prereg.manifest import FORMAT, describe
+from prereg.manifest import describe
+from prereg.records import (
+    APPROVAL_SCHEMA,
+    CLEAN,
+    COMPLETE_FIELDS,
+    COULD_NOT_AUDIT,
+    ERROR,
+    EXTENSION_ORIGIN,
+    FAILED,
+    FINDINGS,
+    FINISHING_PHASES,
+    FROM_APPROVAL,
+    FROM_START,
+    ITEM_FIELDS,
+    ITEM_OPTIONAL_FIELDS,
+    LOCK_SCHEMA,
+    MANIFEST_FIELDS,
+    MINIMAL_FIELDS,
+    OPTIONAL_FIELDS,
+    PASSED,
+    SKIPPED,
+    START_FIELDS,
+    approval_record,
+)
+from prereg.records import MANIFEST_FORMAT as FORMAT
 from prereg.runs import (
     APPROVAL_COPY,
     COMPLETE,
@@ -57,110 +81,11 @@ from prereg.runs import (
     is_rehearsal,
     valid_run_id,
 )
-from prereg.schema import (
-    MapOf,
-    NonNegativeFloat,
-    NonNegativeInt,
-    Nullable,
-    OneOf,
-    SchemaError,
-    validate,
-)
+from prereg.schema import MapOf, SchemaError, validate
 
-CLEAN = "clean"
-FINDINGS = "findings"
-COULD_NOT_AUDIT = "could not audit"
 EXIT_CODES = {CLEAN: 0, FINDINGS: 1, COULD_NOT_AUDIT: 3}
-
-# Outcomes the controller gives an item (prereg.runtime.items.outcome; "unknown": a folder under
-# items/ that no item of the run claims, recorded with its files).
-OUTCOMES = ("passed", "failed", "error", "skipped", "interrupted", "not run", "unknown")
-# Phases whose report makes the controller append the item to items.jsonl ("???": xdist's
-# report for an item whose worker crashed).
-FINISHING_PHASES = ("teardown", "???")
-
-FILE_ENTRY = {"path": str, "sha256": str, "bytes": NonNegativeInt}
-HASH_LISTS = ("run_files", "summary_files", "partial_summary_files")
-
-# Fields every manifest has (open: fields added later are not findings).
-MANIFEST_FIELDS = {
-    "format": str,
-    "stage": str,
-    "run_id": str,
-    "status": OneOf((COMPLETE, INCOMPLETE)),
-    "incomplete_reasons": [str],
-    "source_commit": str,
-    "source_anchor": str,
-    "plan": {"path": str, "sha256": str},
-    "approval": {"path": str, "sha256": str},
-    "baseline_sha256": str,
-    "seed_namespace": Nullable(str),
-    "deviations": [dict],
-    "requires": MapOf(dict),
-    "inputs": MapOf(dict),
-    "expected_items": NonNegativeInt,
-    "items": [dict],
-    "run_files": [FILE_ENTRY],
-    "summary_files": [FILE_ENTRY],
-}
-# Fields a complete run's manifest has; a minimal manifest written after a crash may lack them.
-COMPLETE_FIELDS = {
-    "environment": dict,
-    "workers": NonNegativeInt,
-    "started_at": str,
-    "ended_at": str,
-    "elapsed_seconds": NonNegativeFloat,
-    "budget": dict,
-}
-OPTIONAL_FIELDS = {"partial_summary_files": [FILE_ENTRY]}
-# A minimal manifest (``"minimal": true``), written when the full one could not be: always
-# incomplete, holding what the start record and the run folder tell for sure.
-MINIMAL_FIELDS = {
-    "format": str,
-    "stage": str,
-    "run_id": str,
-    "status": OneOf((INCOMPLETE,)),
-    "incomplete_reasons": [str],
-    "source_commit": Nullable(str),
-    "plan": {"path": Nullable(str), "sha256": Nullable(str)},
-    "approval": {"path": str, "sha256": Nullable(str)},
-    "expected_items": NonNegativeInt,
-    "items": [dict],
-    "run_files": [FILE_ENTRY],
-    "summary_files": [FILE_ENTRY],
-}
-ITEM_FIELDS = {"nodeid": str, "outcome": OneOf(OUTCOMES), "phases": MapOf(str)}
-ITEM_OPTIONAL_FIELDS = {"output_dir": str, "outputs": [FILE_ENTRY]}
-START_FIELDS = {
-    "stage": str,
-    "run_id": str,
-    "started_at": str,
-    "source_commit": str,
-    "plan_sha256": str,
-    "approval_sha256": str,
-}
-# The approval's fields the manifest repeats: manifest field -> approval field path.
-FROM_APPROVAL = {
-    "stage": ("stage",),
-    "run_id": ("run_id",),
-    "deviations": ("deviations",),
-    "seed_namespace": ("seed_namespace",),
-    "requires": ("requires",),
-    "inputs": ("inputs",),
-    "source_anchor": ("source_anchor",),
-    "baseline_sha256": ("baseline", "sha256"),
-    "plan.path": ("plan", "path"),
-    "plan.sha256": ("plan", "sha256"),
-}
-# start.json field -> manifest field.
-FROM_START = {
-    "stage": "stage",
-    "run_id": "run_id",
-    "started_at": "started_at",
-    "source_commit": "source_commit",
-    "plan_sha256": "plan.sha256",
-    "approval_sha256": "approval.sha256",
-}
+# The item outcomes junit.xml records too (a testcase passed, failed, errored or was skipped).
+JUNIT_OUTCOMES = (PASSED, FAILED, ERROR, SKIPPED)
 
 
 _ABSENT = object()
@@ -411,11 +336,8 @@ def _load_records(ev: Evidence) -> dict:
     if start is not None:
         start = _fields(start, START_FIELDS, {}, START_RECORD, found)
     approval = _load(files.approval_copy, "approval copy", found)
-    if approval is not None:
-        from prereg.approval import APPROVAL_SCHEMA
-
-        if not _fits(approval, APPROVAL_SCHEMA, APPROVAL_COPY, "", found):
-            approval = None
+    if approval is not None and not _fits(approval, APPROVAL_SCHEMA, APPROVAL_COPY, "", found):
+        approval = None
     return {
         "load_findings": tuple(found),
         "manifest": manifest,
@@ -514,7 +436,7 @@ def _read_commit(ev: Evidence) -> dict:
         if run_id is not None and APPROVAL_COPY in ev.present:
             try:
                 got["committed_approval"] = Read(
-                    data=gitrepo.show_bytes(root, source, f"plans/approvals/{run_id}.json")
+                    data=gitrepo.show_bytes(root, source, approval_record(run_id))
                 )
             except gitrepo.GitError as err:
                 got["committed_approval"] = Read(problem=str(err))
@@ -799,7 +721,7 @@ def check_files(ev: Evidence) -> list[str]:
 
 def _extension_form(value: Any) -> tuple[bool, list[str]]:
     """Whether ``environment.extensions`` fits its schema, and the findings of its form."""
-    from prereg.registry import EXTENSION_ORIGIN, GROUPS
+    from prereg.registry import GROUPS
 
     found: list[str] = []
     where = "environment.extensions"
@@ -865,7 +787,7 @@ def check_environment_lock(ev: Evidence) -> list[str]:
     if not isinstance(env, dict) or "environment_lock" not in env:
         return [f"{MANIFEST}: the approval binds an environment lock, but {where} is missing"]
     found: list[str] = []
-    if not _fits(env["environment_lock"], envlock.LOCK_SCHEMA, MANIFEST, where, found):
+    if not _fits(env["environment_lock"], LOCK_SCHEMA, MANIFEST, where, found):
         return found
     for problem in envlock.lock_problems(bound, env["environment_lock"], when="in the run"):
         found.append(f"{MANIFEST}: {where}: {problem}")
@@ -1040,7 +962,7 @@ def check_against_approval(ev: Evidence) -> list[str]:
             f"{MANIFEST}: field approval.sha256 is {recorded}, but {APPROVAL_COPY} hashes {digest}"
         )
     if isinstance(a.get("run_id"), str):
-        expected = f"plans/approvals/{a['run_id']}.json"
+        expected = approval_record(a["run_id"])
         path = _dig(m, "approval.path")
         if path is not _ABSENT and path != expected:
             found.append(f"{MANIFEST}: field approval.path is {path!r}, not {expected!r}")
@@ -1084,7 +1006,7 @@ def check_status(ev: Evidence) -> list[str]:
         found.append(f"{MANIFEST}: field items lists {nodeid} more than once")
     for item in ev.items:
         phases = item.get("phases", {})
-        if item.get("outcome") == "passed" and not (
+        if item.get("outcome") == PASSED and not (
             phases.get("call") == "passed"
             and "teardown" in phases
             and all(v == "passed" for v in phases.values())
@@ -1098,7 +1020,7 @@ def check_status(ev: Evidence) -> list[str]:
             found.append(
                 f"{MANIFEST}: field status is complete but incomplete_reasons is not empty"
             )
-        not_passed = [i.get("nodeid", "?") for i in ev.items if i.get("outcome") != "passed"]
+        not_passed = [i.get("nodeid", "?") for i in ev.items if i.get("outcome") != PASSED]
         if not_passed:
             found.append(
                 f"{MANIFEST}: field status is complete but {len(not_passed)} item(s) did not "
@@ -1205,13 +1127,13 @@ def check_junit(ev: Evidence) -> list[str]:
             continue
         seen.add(key)
         outcome = item.get("outcome")
-        if outcome in ("passed", "failed", "error", "skipped") and said != outcome:
+        if outcome in JUNIT_OUTCOMES and said != outcome:
             found.append(
                 f"{JUNIT}: testcase {label} {said}, but {MANIFEST} gives item "
                 f"{item['nodeid']} outcome {outcome}"
             )
     for key, item in sorted(by_key.items()):
-        if key not in seen and item.get("outcome") in ("passed", "failed", "error", "skipped"):
+        if key not in seen and item.get("outcome") in JUNIT_OUTCOMES:
             found.append(
                 f"{MANIFEST}: item {item['nodeid']} has outcome {item['outcome']}, but "
                 f"{JUNIT} has no testcase for it"
@@ -1235,7 +1157,7 @@ def check_committed(ev: Evidence) -> list[str]:
     source, a = str(ev.source_commit), ev.approval
     found = []
     if ev.committed_approval is not None:
-        rel = f"plans/approvals/{ev.run_id}.json"
+        rel = approval_record(ev.run_id)
         if ev.committed_approval.problem is not None:
             found.append(
                 f"{rel} is not committed at the run's commit {source[:12]}: the run did not "
@@ -1271,7 +1193,7 @@ def check_committed(ev: Evidence) -> list[str]:
             f"run's commit {source[:12]}"
         )
         return found
-    record = f"plans/approvals/{(a or {}).get('run_id')}.json"
+    record = approval_record((a or {}).get("run_id"))
     beyond = [p for p in ev.changed_since_anchor if p != record]
     if beyond:
         found.append(
@@ -1521,10 +1443,10 @@ def _junit_key(nodeid: str) -> tuple[str, str]:
 
 def _junit_outcome(case: ET.Element) -> str:
     tags = {child.tag for child in case}
-    for tag, outcome in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
+    for tag, outcome in (("failure", FAILED), ("error", ERROR), ("skipped", SKIPPED)):
         if tag in tags:
             return outcome
-    return "passed"
+    return PASSED
 
 
 def describe_extensions(extensions: dict | None) -> list[str]:

@@ -47,8 +47,8 @@ import re
 import sys
 from pathlib import Path
 
+from prereg import records
 from prereg.hashing import sha256_file
-from prereg.schema import MapOf, NonNegativeInt, Optional
 
 # Files of a distribution's own .dist-info folder that record how it was installed: left out.
 BOOKKEEPING = ("direct_url.json", "INSTALLER", "REQUESTED", "RECORD")
@@ -56,26 +56,11 @@ BOOKKEEPING = ("direct_url.json", "INSTALLER", "REQUESTED", "RECORD")
 ENTRY_LIMIT = 32
 # How many differing files a problem names before "and N more".
 NAMED_FILES = 3
-# The interpreter fields, as :func:`lock` records them.
-PYTHON_FIELDS = (
-    "executable",
-    "executable_sha256",
-    "version",
-    "implementation",
-    "prefix",
-    "base_prefix",
-)
-DISTRIBUTION = {
-    "version": str,
-    "record_sha256": str,
-    "files": NonNegativeInt,
-    "entries": Optional(MapOf(str)),
-}
-# The shape of a lock (the approval's ``environment_lock``, the manifest's record of it).
-LOCK_SCHEMA = {
-    "python": {name: str for name in PYTHON_FIELDS},
-    "distributions": MapOf(DISTRIBUTION),
-}
+# The interpreter fields, as :func:`lock` records them, and the shape of a lock (the
+# approval's ``environment_lock``, the manifest's record of it): :mod:`prereg.records`.
+PYTHON_FIELDS = records.PYTHON_FIELDS
+DISTRIBUTION = records.DISTRIBUTION
+LOCK_SCHEMA = records.LOCK_SCHEMA
 AGAIN = "approve again under a new run id"
 
 

@@ -39,9 +39,10 @@ from prereg.hashing import (
     sha256_file,
     write_json,
 )
+from prereg.records import MANIFEST_FORMAT, UNKNOWN, approval_record
 from prereg.runs import COMPLETE, INCOMPLETE, ITEM_LOG, ITEMS_DIR, RunFolder, RunLayout
 
-FORMAT = "prereg-manifest-1"
+FORMAT = MANIFEST_FORMAT
 
 
 def utc_now() -> str:
@@ -283,7 +284,7 @@ def hash_item_folders(
         if item is None:
             unclaimed = RunFolder.item_folder(name)
             item = {"nodeid": f"(no item of this run: {unclaimed})", "phases": {}}
-            item["outcome"] = "unknown"
+            item["outcome"] = UNKNOWN
             extra.append(item)
         return item
 
@@ -378,7 +379,7 @@ def build_manifest(
         "source_anchor": approval["source_anchor"],
         "plan": {"path": plan_path, "sha256": start["plan_sha256"]},
         "approval": {
-            "path": f"plans/approvals/{start['run_id']}.json",
+            "path": approval_record(start["run_id"]),
             "sha256": start["approval_sha256"],
         },
         "baseline_sha256": approval["baseline"]["sha256"],
@@ -500,7 +501,7 @@ def minimal_manifest(
         "source_commit": start.get("source_commit"),
         "plan": {"path": plan_path, "sha256": start.get("plan_sha256")},
         "approval": {
-            "path": f"plans/approvals/{start.get('run_id', run_id)}.json",
+            "path": approval_record(start.get("run_id", run_id)),
             "sha256": start.get("approval_sha256"),
         },
         "started_at": start.get("started_at"),

@@ -33,14 +33,14 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from prereg import envlock
+from prereg import envlock, records
 
 STAGE_KINDS = "prereg.stage_kinds"
 LAW_FAMILIES = "prereg.law_families"
 HARNESS_KINDS = "prereg.harness_kinds"
 GROUPS = (STAGE_KINDS, LAW_FAMILIES, HARNESS_KINDS)
 # Where an installed entry came from (approval records, manifests): field -> type.
-EXTENSION_ORIGIN = {"distribution": str, "entry_point": str, "file": str, "record_sha256": str}
+EXTENSION_ORIGIN = records.EXTENSION_ORIGIN
 
 # group -> name -> where it came from ({"distribution", "entry_point", "file"})
 _origins: dict[str, dict[str, dict]] = {}

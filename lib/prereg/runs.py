@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from prereg import records
 from prereg.hashing import read_json
 
 # ASCII only, the whole string: ``[0-9]`` (``\d`` also matches digits such as '٣') and
@@ -25,8 +26,9 @@ APPROVAL_COPY = "approval.json"
 ITEMS_DIR = "items"
 SUMMARY_DIR = "summary"
 
-COMPLETE = "complete"
-INCOMPLETE = "incomplete"
+# A manifest's status (prereg.records).
+COMPLETE = records.COMPLETE
+INCOMPLETE = records.INCOMPLETE
 RUNNING_OR_KILLED = "started, no manifest (running, or the controller was killed)"
 
 

@@ -16,7 +16,7 @@ and whether its files differ from that commit. Binding to the file hash rather t
 commit means a commit that changes no code (docs, plans, approvals) does not make every
 stored verdict stale, while any change to the package's code does.
 
-Record (JSON)::
+Record (JSON; its schema is :data:`prereg.records.VERDICT_SCHEMA`)::
 
     {"format": "prereg-audit-verdict/2", "run_id": ..., "manifest_sha256": ...,
      "code": {"package_sha256": ..., "source_commit": ..., "source_dirty": ...},
@@ -36,9 +36,10 @@ from typing import Any
 
 import prereg
 from prereg.hashing import read_json, sha256_file, write_json
+from prereg.records import VERDICT_FORMAT
 from prereg.runs import RunFolder, RunIdError, RunLayout
 
-FORMAT = "prereg-audit-verdict/2"
+FORMAT = VERDICT_FORMAT
 
 
 def package_dir() -> Path:

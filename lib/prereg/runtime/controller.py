@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from prereg import approval as approvals
-from prereg import execution, gate, gitrepo, ledger, manifest, provenance
+from prereg import execution, gate, gitrepo, ledger, manifest, provenance, records
 from prereg import snapshot as snapshots
 from prereg.hashing import canonical_json, read_json
 from prereg.plans import Plan
@@ -282,8 +282,9 @@ class Controller(XdistBridge, TerminalOutput):
             items.append(entry)
         items = manifest.hash_item_folders(self.run_dir, items, item_dir_name)
         for item in items:
-            if item["outcome"] == "not run" and "outputs" in item:
-                item["outcome"] = "interrupted"  # no report came, but its folder shows it started
+            if item["outcome"] == records.NOT_RUN and "outputs" in item:
+                # no report came, but its folder shows it started
+                item["outcome"] = records.INTERRUPTED
         return items
 
     def _reasons(self, session: pytest.Session, items: list[dict], failure) -> list[str]:
@@ -294,7 +295,7 @@ class Controller(XdistBridge, TerminalOutput):
             reasons.append(f"stopped: {session.shouldstop}")
         if failure is not None:
             reasons.append(f"a plugin failed as the session ended: {manifest.describe(failure)}")
-        bad = [i["nodeid"] for i in items if i["outcome"] != "passed"]
+        bad = [i["nodeid"] for i in items if i["outcome"] != records.PASSED]
         if bad:
             reasons.append(f"{len(bad)} item(s) did not pass: {', '.join(bad[:5])}")
         for key, what in (("log_error", "not in items.jsonl"), ("record_error", "incomplete")):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from prereg import execution, gitrepo, manifest, provenance, remote
+from prereg import execution, gitrepo, manifest, provenance, records, remote
 from prereg import snapshot as snapshots
 from prereg.context import BudgetExceeded, ItemContext
 from prereg.hashing import file_entries, read_json, sha256_file
@@ -181,11 +181,13 @@ def execution_at_end(config: pytest.Config, root: Path, snapshot) -> list[str]:
 
 
 def outcome(phases: dict[str, str]) -> str:
-    """An item's outcome from its phases' outcomes (setup, call, teardown)."""
+    """An item's outcome (:data:`prereg.records.OUTCOMES`) from its phases' outcomes (setup,
+    call, teardown: pytest's "passed", "failed", "skipped")."""
     if not phases:
-        return "not run"
+        return records.NOT_RUN
     if any(v == "failed" for v in phases.values()):
-        return "failed" if phases.get("call") == "failed" else "error"
+        return records.FAILED if phases.get("call") == "failed" else records.ERROR
     if phases.get("call") == "skipped" or phases.get("setup") == "skipped":
-        return "skipped"
-    return "passed" if phases.get("call") == "passed" and "teardown" in phases else "interrupted"
+        return records.SKIPPED
+    finished = phases.get("call") == "passed" and "teardown" in phases
+    return records.PASSED if finished else records.INTERRUPTED

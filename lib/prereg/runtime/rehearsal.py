@@ -22,12 +22,13 @@ import pytest
 from prereg import gitrepo, manifest, remote
 from prereg.hashing import canonical_json, file_entries, sha256_file
 from prereg.plans import load_plan
+from prereg.records import REHEARSAL_FORMAT
 from prereg.runs import REHEARSAL_NOTE, RunLayout
 from prereg.runtime import signals
 from prereg.runtime.controller import Controller
 from prereg.runtime.settings import SETTINGS, Settings
 
-FORMAT = "prereg-rehearsal/1"
+FORMAT = REHEARSAL_FORMAT
 
 
 class Rehearsal(Controller):
@@ -136,7 +137,8 @@ class Rehearsal(Controller):
     def _write_bindings(self) -> None:
         """``approval.json`` in the rehearsal's folder: what an approval would bind, so the
         kind's summary reads its inputs and required runs as in a run. It is no approval
-        (those live in plans/approvals/ and are committed) and says so."""
+        (those live in plans/approvals/ and are committed) and says so
+        (:data:`prereg.records.REHEARSAL_BINDINGS_SCHEMA`)."""
         settings = self.settings
         requires = {
             stage: {
@@ -156,7 +158,8 @@ class Rehearsal(Controller):
         manifest.write_atomic(self.layout.approval_copy, canonical_json(bindings).encode())
 
     def _write_record(self, *, status: str, items=None, reasons=None) -> None:
-        """``rehearsal.json``: what was rehearsed, from which tree, and how it went."""
+        """``rehearsal.json``: what was rehearsed, from which tree, and how it went
+        (:data:`prereg.records.REHEARSAL_SCHEMA`)."""
         root = self.root
         try:
             head = gitrepo.head_commit(root)
@@ -207,9 +210,15 @@ class Rehearsal(Controller):
         if getattr(self, "summary_note", None):
             terminalreporter.write_line(f"note: {self.summary_note}", yellow=True)
         terminalreporter.write_line(f"record: {self.layout.record}")
-        terminalreporter.write_line(
-            f"when it passes, approve and run it: prereg approve --stage {self.settings.stage}"
-        )
+        if getattr(self, "status", None) != "passed":
+            return
+        if partial_selection(self.config) is None:
+            terminalreporter.write_line(
+                f"it passed: commit, then approve and run it: prereg approve --stage "
+                f"{self.settings.stage}"
+            )
+        else:
+            terminalreporter.write_line("the selection passed: rehearse the whole stage next")
 
 
 def partial_selection(config: pytest.Config) -> str | None:
