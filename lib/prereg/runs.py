@@ -339,10 +339,6 @@ class RehearsalLayout(RunFolder):
     def progress_log(self) -> Path:
         return self.folder / REHEARSAL_PROGRESS
 
-    @property
-    def reserve(self) -> Path:
-        return self.folder / "space.reserve"
-
 
 def new_rehearsal_name(root: Path, stage: str, now: datetime | None = None) -> str:
     """A name no rehearsal folder has yet: ``<stage>-YYYYMMDDTHHMMSSZ``, then ``-2``, ``-3``..."""
