@@ -253,3 +253,20 @@ def test_a_summary_that_needs_the_whole_stage_is_a_note_for_a_selection(tmp_path
     assert [r["status"] for r in records] == ["passed", "passed"]
     assert records[0]["selection"] == "-k 'cell2'" and records[0]["summary_note"]
     assert records[1]["selection"] is None and records[1]["summary_note"] is None
+
+
+def test_a_plan_its_kind_refuses_is_refused_before_a_rehearsal_writes_anything(tmp_path):
+    toy = make_toy_repo(tmp_path / "toy")
+    (toy.root / "strictkind.py").write_text(
+        "from prereg.stages import StageKind\n\n\n"
+        "def settings(plan_data, stage):\n"
+        "    raise ValueError(f'stages.{stage}.parameters.cells: must be at least 5')\n\n\n"
+        "KIND = StageKind(name='strictkind:KIND', settings=settings)\n"
+    )
+    plan = toy.root / "plans" / "TOY_PLAN.json"
+    plan.write_text(plan.read_text().replace('"kind": "plain"', '"kind": "strictkind:KIND"'))
+    done = toy.pytest("--research-stage=toy", "--rehearse")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "the plan is refused" in done.stderr, done.stderr
+    assert "stages.toy.parameters.cells: must be at least 5" in done.stderr, done.stderr
+    assert runs.all_rehearsals(toy.root) == []

@@ -53,6 +53,12 @@ class Rehearsal(Controller):
         from prereg.stages import load_kind
 
         self.kind = load_kind(spec["kind"])
+        try:  # the kind's settings, as prereg approve checks them
+            self.kind.check(self.plan, settings.stage)
+        except ValueError as err:
+            raise pytest.UsageError(
+                f"rehearsal of stage {settings.stage}: the plan is refused ({REHEARSAL_NOTE}): {err}"
+            ) from None
         if self.kind.check_inputs is not None:  # as prereg approve checks them
             bound = {name: Path(entry["path"]) for name, entry in settings.inputs.items()}
             try:
