@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,6 @@ from prereg.testing import ToyRepo, make_toy_repo, stage_spec
 pytestmark = pytest.mark.software
 
 RUN_ID = "toy-20261202-001"
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _prereg_refs(toy: ToyRepo) -> str:
@@ -167,67 +165,6 @@ def test_a_rehearsal_asked_for_wrongly_is_refused_and_writes_nothing(rehearsed, 
     assert done.returncode == 4, done.stdout + done.stderr
     assert message in done.stdout + done.stderr, done.stdout + done.stderr
     assert len(runs.all_rehearsals(toy.root)) == 1
-
-
-# -- the built-in kinds write nothing a later run reads -----------------------------------------
-
-
-@pytest.mark.parametrize("rehearsal", [True, False])
-def test_a_rehearsed_confirmatory_config_freezes_nothing_in_the_checkout(tmp_path, rehearsal):
-    from prereg.plans import load_plan
-    from prereg.rp002a import config_stage
-    from prereg.stages import RunView
-
-    plan = load_plan(REPO / "plans" / "STATISTICAL_PIPELINE_PLAN.json")
-    folder = tmp_path / "runs" / "rehearsals" / "confirmatory-config-20261202T000000Z"
-    (folder / "items" / "config").mkdir(parents=True)
-    (folder / "items" / "config" / config_stage.CONFIG).write_text('{"derived": true}\n')
-    (tmp_path / "plans").mkdir()
-    view = RunView(
-        root=tmp_path,
-        run_dir=folder,
-        plan=plan,
-        stage=config_stage.STAGE,
-        items=({"nodeid": "x::test_derive_config", "output_dir": "config"},),
-        rehearsal=rehearsal,
-    )
-    config_stage.summarise(view)
-    assert (view.summary_dir / config_stage.CONFIG).read_text() == '{"derived": true}\n'
-    frozen = config_stage.output_path(tmp_path, view.settings)
-    assert frozen.exists() is not rehearsal, "a run freezes the configuration, a rehearsal not"
-
-
-def test_a_rehearsed_e04_item_keeps_its_vectors_in_the_rehearsal_folder(tmp_path, monkeypatch):
-    from prereg.context import ItemContext
-    from prereg.e04 import stage as e04_stage
-    from prereg.e04.plan import grid, settings_of
-    from prereg.plans import load_plan
-    from prereg.stages import RunView
-
-    plan = load_plan(REPO / "plans" / "demo" / "E04_PLAN.json")
-    seen = []
-
-    def workspace_for(root, *args):
-        seen.append(root)
-        raise LookupError("stop after the workspace is asked for")
-
-    monkeypatch.setattr(e04_stage, "workspace_for", workspace_for)
-    folder = tmp_path / "runs" / "rehearsals" / "e04-20261202T000000Z"
-    cell = grid(settings_of(plan.data, "e04"), ["T01"])[0]
-    for rehearsal in (folder, None):
-        context = ItemContext(
-            stage="e04", run_id=None, plan=plan.data, outputs=tmp_path / "out",
-            seed_namespace="e04", deadline=None, rehearsal=rehearsal,
-        )  # fmt: skip
-        with pytest.raises(LookupError):
-            e04_stage.run_item(context, cell, root=tmp_path, inputs={})
-    assert seen == [folder, tmp_path]
-    view = RunView(root=tmp_path, run_dir=folder, plan=plan, stage="e04", items=(), rehearsal=True)
-    assert view.shared_root == folder
-    assert (
-        RunView(root=tmp_path, run_dir=folder, plan=plan, stage="e04", items=()).shared_root
-        == tmp_path
-    )
 
 
 def test_a_summary_that_needs_the_whole_stage_is_a_note_for_a_selection(tmp_path):
