@@ -18,7 +18,7 @@ from prereg import approval as approvals
 from prereg import hermetic, options, provenance
 from prereg.hashing import sha256_file
 from prereg.plans import Plan, load_plan
-from prereg.runs import RehearsalLayout, RunLayout
+from prereg.runs import RehearsalLayout, RunLayout, new_rehearsal_name, valid_run_id
 
 STAGE_OPTION = options.STAGE_OPTION
 RUN_ID_OPTION = "--run-id"
@@ -289,8 +289,6 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
     """A rehearsal of the stage asked for: the plan pytest.ini names for it, read from the
     working tree; the inputs and required runs bound as ``prereg approve`` would bind them;
     a new folder name under ``runs/rehearsals/``. No approval is read, nothing is spent."""
-    from prereg import runs
-
     stage = config.option.research_stage
     asked = config.option.prereg_rehearse_plan
     plan_path = known_plan(root, config, stage) if asked is None else asked
@@ -300,9 +298,8 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
         plan = load_plan(root / plan_path)
         spec = plan.stage(stage)
     except (ValueError, KeyError, OSError) as err:  # outside the checkout, refused, no stage
-        raise pytest.UsageError(
-            f"--rehearse-plan {asked}: {err.args[0] if err.args else err}"
-        ) from None
+        what = f"--rehearse-plan {asked}" if asked else f"the plan {plan_path} of stage {stage}"
+        raise pytest.UsageError(f"{what}: {err.args[0] if err.args else err}") from None
     inputs = {}
     for name, path in _pairs(config.option.prereg_rehearse_inputs, "--rehearse-input").items():
         if name not in spec["inputs"]:
@@ -319,30 +316,30 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
         raise pytest.UsageError(
             f"stage {stage} reads the input(s) {missing}: give each as --rehearse-input NAME=PATH"
         )
-    asked = _pairs(config.option.prereg_rehearse_use_runs, "--rehearse-use-run")
+    use_runs = _pairs(config.option.prereg_rehearse_use_runs, "--rehearse-use-run")
     required = {}
     for need in spec["requires"]:
-        run_id = asked.pop(need, None) or approvals.latest_complete_run(root, need)
+        run_id = use_runs.pop(need, None) or approvals.latest_complete_run(root, need)
         if run_id is None:
             raise pytest.UsageError(
                 f"stage {stage} requires a complete run of stage {need}, and there is none: run "
                 f"{need} first (a rehearsal of it is not a run), or name one with "
                 f"--rehearse-use-run {need}=RUN_ID"
             )
-        if not runs.valid_run_id(run_id) or not runs.RunLayout(root, run_id).manifest.exists():
+        if not valid_run_id(run_id) or not RunLayout(root, run_id).manifest.exists():
             raise pytest.UsageError(
                 f"--rehearse-use-run {need}={run_id}: no run folder runs/{run_id} with a manifest "
                 "(a rehearsal is never a run)"
             )
         required[need] = run_id
-    if asked:
+    if use_runs:
         raise pytest.UsageError(
-            f"--rehearse-use-run: stage {stage} requires no stage {sorted(asked)}; it requires "
+            f"--rehearse-use-run: stage {stage} requires no stage {sorted(use_runs)}; it requires "
             f"{list(spec['requires'])}"
         )
     threads = spec["threads_per_worker"]
     provenance.set_thread_environment(threads)  # inherited by xdist workers started later
-    name = runs.new_rehearsal_name(root, stage)
+    name = new_rehearsal_name(root, stage)
     if not config.option.collectonly:  # a listing writes nothing, not even a folder
         config.option.xmlpath = str(RehearsalLayout(root, name).junit)
     return Settings(
