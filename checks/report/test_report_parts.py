@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 from prereg.report import html as h
 from prereg.report import plots
+from prereg.report.header import consumed_run_link
 from prereg.report.model import RunRecord, missing_items, peak_memory
 from prereg.report.sections import SectionContext, section_for
+from prereg.runs import valid_run_id
 
 pytestmark = pytest.mark.software
 
@@ -186,3 +188,12 @@ def test_sort_script_and_page_need_no_network():
     assert "default-src 'none'" in page and "img-src data:" in page
     assert "http://" not in page and "https://" not in page
     assert io.StringIO(page).read().count("<script>") == 1
+
+
+@given(st.text(max_size=40))
+def test_a_consumed_run_links_to_its_report_only_when_its_id_is_a_run_id(text):
+    linked = consumed_run_link("calibration-20261009-001")
+    assert linked.text == '<a href="calibration-20261009-001.html">calibration-20261009-001</a>'
+    assert linked.markup
+    if not valid_run_id(text):
+        assert consumed_run_link(text) == text  # shown as recorded, never a path

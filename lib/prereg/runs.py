@@ -104,6 +104,11 @@ def reports_dir(root: Path) -> Path:
     return runs_dir(root) / "reports"
 
 
+def report_page(run_id: str) -> str:
+    """The file name of a run's report in ``runs/reports/`` (pages there link each other)."""
+    return f"{require_run_id(run_id)}.html"
+
+
 def reports_index(root: Path) -> Path:
     """The page listing every run and refusal (``prereg report --all``)."""
     return reports_dir(root) / "index.html"
@@ -236,7 +241,7 @@ class RunLayout(RunFolder):
     @property
     def report(self) -> Path:
         """``runs/reports/<run-id>.html``: the run's HTML report."""
-        return reports_dir(self.root) / f"{self.run_id}.html"
+        return reports_dir(self.root) / report_page(self.run_id)
 
 
 def has_started(root: Path, run_id: str) -> bool:

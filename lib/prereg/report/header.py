@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from prereg.report import html as h
 from prereg.report.model import Missing, RunRecord, missing_items, peak_memory
+from prereg.runs import report_page, valid_run_id
 
 MIB = 1024 * 1024
 
@@ -90,7 +91,7 @@ def header_section(record: RunRecord, *, plan_source: str, kind: str | None) -> 
         rows = [
             [
                 stage,
-                v.get("run_id"),
+                consumed_run_link(v.get("run_id")),
                 h.Cell(f"<code>{h.esc(v.get('manifest_sha256', '-'))}</code>", markup=True),
             ]
             for stage, v in sorted(m["requires"].items())
@@ -326,3 +327,10 @@ def refusal_section(record: RunRecord) -> str:
         ),
     ]
     return h.section("Refusal", "\n".join(body), section_id="refusal")
+
+
+def consumed_run_link(run_id: object) -> object:
+    """A consumed run's id, linked to its report beside this one (``runs/reports/``)."""
+    if not valid_run_id(run_id):
+        return run_id  # shown as recorded; a path is never built from another value
+    return h.Cell(f'<a href="{h.esc(report_page(run_id))}">{h.esc(run_id)}</a>', markup=True)
