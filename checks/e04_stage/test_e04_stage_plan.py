@@ -30,7 +30,7 @@ def test_both_plans_validate_through_the_registered_kind():
 
 
 def test_the_research_plan_states_the_protocol_values():
-    # values from the E04 protocol, DESIGN.md ("E04 reference harnesses") and issue 6
+    # values from the E04 protocol and DESIGN.md ("E04 reference harnesses")
     real = json.loads(REAL.read_text())
     stage = real["stages"]["e04"]
     assert real["plan_id"] == "e04-robustness-1.0"

@@ -1,8 +1,8 @@
 """Workers claim the texts they embed in the vector cache: no text is embedded twice.
 
-Issue 12, item 4. Real processes share one SQLite cache with a slow, counting backend
-(so their batches overlap in time); a claim left by a dead process is taken over; the
-controller's ETA line helper is checked by properties.
+Real processes share one SQLite cache with a slow, counting backend (so their batches
+overlap in time); a claim left by a dead process is taken over; the controller's ETA line
+helper is checked by properties.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """E04 input files: every problem in one pass, one `synthetic` rule, parsers that never crash.
 
-Issue 12, item 2. `prereg validate-inputs` (and `prereg approve`) name every problem of a
-task file and a reformulation artifact in one run; the parsers collect problems instead of
-stopping at the first, and accept a document exactly when they report none.
+`prereg validate-inputs` (and `prereg approve`) name every problem of a task file and a
+reformulation artifact in one run; the parsers collect problems instead of stopping at the
+first, and accept a document exactly when they report none.
 """
 
 from __future__ import annotations

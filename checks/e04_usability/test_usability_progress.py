@@ -1,8 +1,8 @@
 """A demo-sized E04 run reports progress while it runs, times reuse honestly, embeds each
 text once across two workers, and its stored audit verdict spares the report's replay.
 
-Issue 12, items 3-5. One scratch E04 project (token-hash backend, two tasks), a serial
-run watched while it runs, then a two-worker run on a fresh (cold) vector cache.
+One scratch E04 project (token-hash backend, two tasks), a serial run watched while it
+runs, then a two-worker run on a fresh (cold) vector cache.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`prereg audit` stores its verdict bound to the manifest and the code; report reuses it.
 
-Issue 12, item 5: a stored verdict that matches (manifest SHA-256, prereg package code)
-spares the replay; one that does not is named stale and the replay runs again.
+A stored verdict that matches (manifest SHA-256, prereg package code) spares the replay;
+one that does not is named stale and the replay runs again.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Issue 11, item 3: ``prereg init`` lays out a project whose software checks pass at once,
-and never overwrites a file."""
+"""``prereg init`` lays out a project whose software checks pass at once, and never
+overwrites a file."""
 
 from __future__ import annotations
 

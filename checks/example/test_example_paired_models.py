@@ -1,7 +1,7 @@
-"""Issue 11, item 3: the paired-models example (examples/prereg-paired-models), a stage kind
-from its own installed package, run by a newcomer's project end to end: ``prereg init``,
-plan, approve, commit, run serially and on two workers, audit, report; and attacks on its
-outputs, which the audit (hashes) and the kind's replay (recomputation) both find."""
+"""The paired-models example (examples/prereg-paired-models), a stage kind from its own
+installed package, run by a newcomer's project end to end: ``prereg init``, plan, approve,
+commit, run serially and on two workers, audit, report; and attacks on its outputs, which
+the audit (hashes) and the kind's replay (recomputation) both find."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An approval binds the installed packages its stage's code comes from (issue 11).
+"""An approval binds the installed packages its stage's code comes from.
 
 The attack: approve a run of a stage whose kind (or law family, harness kind) lives in an
 installed package, then reinstall that package at another version, or with other code, and

@@ -1,4 +1,4 @@
-"""Issue 11: a user's law family, declared by an installed package, is used by a run.
+"""A user's law family, declared by an installed package, is used by a run.
 
 ``examples/prereg-law-family`` declares the family ``sticky-erasure`` under the entry-point
 group ``prereg.law_families``; ``install.sh`` installs it (non-editable) into ``.venv``. The

@@ -1,4 +1,4 @@
-"""Traps a new user met (issue 19, item 8), each performed for real in a scratch project.
+"""Traps a new user meets, each performed for real in a scratch project.
 
 A refusal of a spent run id never also calls it unspent; refused options are named as typed;
 ``prereg runs | head`` ends quietly; the runs index shows the items' outcome beside the audit

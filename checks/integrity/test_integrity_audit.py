@@ -1,4 +1,4 @@
-"""The audit cross-checks every record of a run, and never crashes (issue 10, item 8).
+"""The audit cross-checks every record of a run, and never crashes.
 
 Each check tampers with an honest toy run as a hurried researcher or a careless machine
 would (edit, delete, re-hash) and asks ``prereg audit`` in a real subprocess: exit 1 and

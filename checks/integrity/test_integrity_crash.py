@@ -1,4 +1,4 @@
-"""Crash safety (issue 10, item 9): every failure still leaves an honest manifest.
+"""Crash safety: every failure still leaves an honest manifest.
 
 Each check performs the failure for real in a toy repository: a signal to the
 controller (SIGTERM, SIGHUP) serially and under ``-n 2``, a worker that ``os._exit``s, a

@@ -1,4 +1,4 @@
-"""Issue 10, item 7 for E04: the vectors a run searched are bound to it.
+"""For E04, the vectors a run searched are bound to it.
 
 Attacks performed for real on a scratch E04 project (token-hash backend, two tasks):
 a poisoned vector cache (refused at approval and at the gate when the probed vectors

@@ -1,4 +1,4 @@
-"""The edges of the records (issue 18, item 6).
+"""The edges of the records.
 
 A run folder holds regular files and folders only: a symbolic link, a named pipe or any
 other entry is an audit finding naming it, and hashing a folder at the end of a run

@@ -1,10 +1,10 @@
-"""Issue 10, item 3: the code a research run executes is the approved checkout's, the
-standard library's or an installed distribution's, and nothing else.
+"""The code a research run executes is the approved checkout's, the standard library's or
+an installed distribution's, and nothing else.
 
-Each attack of the review is performed for real in a toy repository and must be refused
-by the gate (condition ``execution``) before the run id is spent; honest runs (genuine
-bytecode written by earlier imports, pytest's rewritten test modules, the editable
-install of prereg and setuptools' ``.pth``) must pass.
+Each attack is performed for real in a toy repository and must be refused by the gate
+(condition ``execution``) before the run id is spent; honest runs (genuine bytecode written
+by earlier imports, pytest's rewritten test modules, the editable install of prereg and
+setuptools' ``.pth``) must pass.
 """
 
 from __future__ import annotations

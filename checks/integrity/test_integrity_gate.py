@@ -1,6 +1,6 @@
-"""The gate attacked as a hurried researcher or a careless machine would: each attack of the
-review (issue 10) performed for real in a scratch repository, plus the conditions as pure
-functions of hand-made facts."""
+"""The gate attacked as a hurried researcher or a careless machine would: each attack
+performed for real in a scratch repository, plus the conditions as pure functions of
+hand-made facts."""
 
 from __future__ import annotations
 

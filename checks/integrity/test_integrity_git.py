@@ -1,5 +1,5 @@
-"""Issue 18, item 2: git answers the gate, the ledger and the audit with what the
-repository's objects record, not what its configuration, index flags or environment say.
+"""Git answers the gate, the ledger and the audit with what the repository's objects
+record, not what its configuration, index flags or environment say.
 
 Each attack is performed for real in a scratch repository with plain git (showing that
 git itself is fooled), then :mod:`prereg.gitrepo` or :mod:`prereg.ledger` must see

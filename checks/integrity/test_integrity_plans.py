@@ -1,4 +1,4 @@
-"""Plans and records say one finite thing, in range, and every field is read (issue 10).
+"""Plans and records say one finite thing, in range, and every field is read.
 
 Each attack is made for real twice: on the file at load (``load_plan`` and the stage
 kind's ``validate_stage``, or ``load_approval``) and through ``prereg approve`` in a toy

@@ -1,6 +1,6 @@
-"""Issue 11, item 2: ``pip install prereg`` gives any project ``--research-stage`` through a
-``pytest11`` entry point, and that entry is the only pytest plugin that package metadata
-inside a checkout may declare (``lib/prereg.egg-info`` of ``pip install -e .``).
+"""``pip install prereg`` gives any project ``--research-stage`` through a ``pytest11``
+entry point, and that entry is the only pytest plugin that package metadata inside a
+checkout may declare (``lib/prereg.egg-info`` of ``pip install -e .``).
 
 The entry point's name equals its module's name (``prereg.plugin``), so a conftest.py's
 ``pytest_plugins = ("prereg.plugin",)`` and the autoloaded entry are one plugin: pytest skips

@@ -1,5 +1,5 @@
-"""Review of the extension surfaces (stage kinds from installed packages, checkout metadata,
-approval bindings): each check performs one way around them and expects a refusal."""
+"""The extension surfaces (stage kinds from installed packages, checkout metadata, approval
+bindings): each check performs one way around them and expects a refusal."""
 
 from __future__ import annotations
 

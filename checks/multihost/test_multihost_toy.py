@@ -1,5 +1,5 @@
 """A stage across hosts: xdist socket gateways into separate clones that cannot see the
-controller's folder (issue 14).
+controller's folder.
 
 Each "host" is an execnet socket server on 127.0.0.1 started in its own clone of the toy
 project, inside its own mount namespace where the controller's checkout is covered by an

@@ -245,7 +245,7 @@ def make_toy_repo(root: Path, stages: dict | None = None) -> ToyRepo:
     return repo
 
 
-# -- hosts: execnet socket servers in separate clones (issue 14) ------------------------------
+# -- hosts: execnet socket servers in separate clones -----------------------------------------
 
 # Seconds a socket server may take to listen, and to stop.
 HOST_START_SECONDS = 30
