@@ -167,20 +167,29 @@ def test_a_rehearsal_asked_for_wrongly_is_refused_and_writes_nothing(rehearsed, 
     assert len(runs.all_rehearsals(toy.root)) == 1
 
 
-def test_a_summary_that_needs_the_whole_stage_is_a_note_for_a_selection(tmp_path):
-    """A kind whose summary needs every item: rehearsing one item passes, the summary's
-    failure a note naming the selection; the whole stage rehearsed writes its summary."""
+def _toy_with_project_kind(tmp_path, functions: str, fields: str) -> ToyRepo:
+    """A toy project whose stage kind ``toykind:KIND`` (uncommitted, in the checkout's top)
+    defines ``functions`` and passes them as the StageKind ``fields``."""
     toy = make_toy_repo(tmp_path / "toy")
-    kind = toy.root / "toykind.py"
-    kind.write_text(
-        "from prereg.stages import StageKind\n\n\n"
-        "def summarise(view):\n"
-        "    if len(view.items) != 4:\n"
-        "        raise ValueError(f'the summary needs 4 items, got {len(view.items)}')\n\n\n"
-        "KIND = StageKind(name='toykind:KIND', summarise=summarise)\n"
+    (toy.root / "toykind.py").write_text(
+        f"from prereg.stages import StageKind\n\n\n{functions}\n\n"
+        f"KIND = StageKind(name='toykind:KIND', {fields})\n"
     )
     plan = toy.root / "plans" / "TOY_PLAN.json"
     plan.write_text(plan.read_text().replace('"kind": "plain"', '"kind": "toykind:KIND"'))
+    return toy
+
+
+def test_a_summary_that_needs_the_whole_stage_is_a_note_for_a_selection(tmp_path):
+    """A kind whose summary needs every item: rehearsing one item passes, the summary's
+    failure a note naming the selection; the whole stage rehearsed writes its summary."""
+    toy = _toy_with_project_kind(
+        tmp_path,
+        "def summarise(view):\n"
+        "    if len(view.items) != 4:\n"
+        "        raise ValueError(f'the summary needs 4 items, got {len(view.items)}')\n",
+        "summarise=summarise",
+    )
     one = toy.pytest("--research-stage=toy", "--rehearse", "-k", "cell2")
     assert one.returncode == 0, one.stdout + one.stderr
     assert "note: the stage summary failed" in one.stdout and "-k 'cell2'" in one.stdout
@@ -193,15 +202,12 @@ def test_a_summary_that_needs_the_whole_stage_is_a_note_for_a_selection(tmp_path
 
 
 def test_a_plan_its_kind_refuses_is_refused_before_a_rehearsal_writes_anything(tmp_path):
-    toy = make_toy_repo(tmp_path / "toy")
-    (toy.root / "strictkind.py").write_text(
-        "from prereg.stages import StageKind\n\n\n"
+    toy = _toy_with_project_kind(
+        tmp_path,
         "def settings(plan_data, stage):\n"
-        "    raise ValueError(f'stages.{stage}.parameters.cells: must be at least 5')\n\n\n"
-        "KIND = StageKind(name='strictkind:KIND', settings=settings)\n"
+        "    raise ValueError(f'stages.{stage}.parameters.cells: must be at least 5')\n",
+        "settings=settings",
     )
-    plan = toy.root / "plans" / "TOY_PLAN.json"
-    plan.write_text(plan.read_text().replace('"kind": "plain"', '"kind": "strictkind:KIND"'))
     done = toy.pytest("--research-stage=toy", "--rehearse")
     assert done.returncode == 4, done.stdout + done.stderr
     assert "the plan is refused" in done.stderr, done.stderr

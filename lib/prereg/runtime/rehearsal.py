@@ -104,6 +104,7 @@ class Rehearsal(Controller):
             ) from None
         self.started_at = manifest.utc_now()
         self.started = time.time()
+        self.tree = _working_tree(self.root)  # what is rehearsed: read once, at the start
         self._write_bindings()
         self._write_record(status="running")
         self.layout.progress_log.touch()
@@ -166,12 +167,7 @@ class Rehearsal(Controller):
     def _write_record(self, *, status: str, items=None, reasons=None) -> None:
         """``rehearsal.json``: what was rehearsed, from which tree, and how it went
         (:data:`prereg.records.REHEARSAL_SCHEMA`)."""
-        root = self.root
-        try:
-            head = gitrepo.head_commit(root)
-            dirty = gitrepo.dirty_paths(root)
-        except gitrepo.GitError as err:
-            head, dirty = None, [f"(git could not be read: {err})"]
+        head, dirty = self.tree
         summary = self.layout.summary_dir
         record = {
             "format": FORMAT,
@@ -225,6 +221,14 @@ class Rehearsal(Controller):
             )
         else:
             terminalreporter.write_line("the selection passed: rehearse the whole stage next")
+
+
+def _working_tree(root) -> tuple[str | None, list[str]]:
+    """HEAD's commit and the paths that differ from it (what a rehearsal ran)."""
+    try:
+        return gitrepo.head_commit(root), gitrepo.dirty_paths(root)
+    except gitrepo.GitError as err:
+        return None, [f"(git could not be read: {err})"]
 
 
 def partial_selection(config: pytest.Config) -> str | None:
