@@ -161,6 +161,34 @@ def test_the_stage_passes_its_checks_approves_at_its_pins_runs_and_audits_clean(
     assert report.returncode == 0, report.stdout + report.stderr
     page = Path(report.stdout.strip().splitlines()[-1]).read_text()
     assert f'id="{STAGE}"' in page and "mean_of_means" in page
+    listed = project.prereg("runs", "--no-audit", check=True).stdout
+    assert f"result: mean of means {summary['mean_of_means']:.4f}" in listed, listed
+
+
+def test_a_cell_whose_seed_cannot_be_derived_is_refused_by_the_check_and_approve(
+    scaffolded, tmp_path
+):
+    """A seed coordinate with ``/`` in the kind: the project's software check and ``prereg
+    approve`` name the cell, and nothing is approved or spent."""
+    root = tmp_path / "study"
+    shutil.copytree(scaffolded[0].root, root, symlinks=True)
+    project = _project(root)
+    kind_file = root / LAYOUT.kind_file
+    text = kind_file.read_text()
+    written = 'return ("replicate", replicate)'
+    assert written in text
+    kind_file.write_text(text.replace(written, 'return ("model/a", replicate)'))
+    project.commit("Seed the items from a label with a slash")
+    why = "cell 'replicate0' seeds from ('model/a', 0), which has no derivation"
+
+    checked = project.pytest("-m", "software")
+    assert checked.returncode == 1 and why in checked.stdout, checked.stdout + checked.stderr
+    refused = project.prereg("approve", "--stage", STAGE)
+    assert refused.returncode != 0 and why in refused.stderr, refused.stdout + refused.stderr
+    assert "the item grid of kind 'demo_stage.kind:KIND' cannot be run" in refused.stderr
+    assert list((root / "plans" / "approvals").glob("*.json")) == []
+    rehearsed = project.pytest(f"--research-stage={STAGE}", "--rehearse")
+    assert rehearsed.returncode != 0 and why in rehearsed.stdout + rehearsed.stderr
 
 
 def test_in_an_existing_project_it_adds_the_stages_files_and_one_ini_line(tmp_path):

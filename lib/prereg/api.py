@@ -28,8 +28,11 @@ Replay
     or, for a replay of one's own, :func:`compare`, :func:`compare_folders`,
     :func:`replay_outputs`, :func:`seed_findings`.
 Summary and report
-    :func:`collect_items`, :func:`summarise_items`, :func:`render_summary`, and
-    :mod:`html` (:mod:`prereg.report.html`) for a section of one's own.
+    :func:`collect_items`, :func:`summarise_items`, :func:`render_summary`,
+    :func:`headline_from`, and
+    :mod:`html` (:mod:`prereg.report.html`) and :mod:`plots` (:mod:`prereg.report.plots`,
+    matplotlib figures as PNG data URIs; matplotlib is imported on use) for a section of
+    one's own.
 Seeds
     :func:`derivation`, :func:`seed`, :func:`numpy_generator`, :func:`torch_generator`
     (:mod:`prereg.seeds`), :func:`torch_seeded` (torch's global generator, forked).
@@ -59,6 +62,7 @@ from prereg.kind_tools import (
     collect_items,
     compare,
     compare_folders,
+    headline_from,
     json_value,
     load_json,
     load_npz,
@@ -73,7 +77,7 @@ from prereg.kind_tools import (
 )
 from prereg.plans import Plan, load_plan, validate_stage
 from prereg.provenance import PeakScope
-from prereg.report import html
+from prereg.report import html, plots
 from prereg.report.sections import SectionContext
 from prereg.runs import RunFolder, RunLayout
 from prereg.schema import (
@@ -142,6 +146,7 @@ __all__ = [
     "derivation",
     "field_tree",
     "head_commit",
+    "headline_from",
     "html",
     "json_value",
     "load_json",
@@ -151,6 +156,7 @@ __all__ = [
     "numpy_generator",
     "parameters_of",
     "parse_as",
+    "plots",
     "read_json",
     "registry",
     "render_summary",

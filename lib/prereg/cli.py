@@ -249,6 +249,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
             f"{r['stage'] or '?':<20} {r['run_id']:<34} {r['status']:<12} {r['when'] or '-':<30} "
             f"{elapsed:>11}  {r['outcome']:<{width}}  {r['audit']}"
         )
+        if r["headline"]:
+            print(f"{'':<20} {'result: ' + r['headline']}")
     _print_rehearsals(root)
     return 0
 

@@ -11,7 +11,8 @@ Everything here is public through :mod:`prereg.api`.
   item's files and compares them; :func:`seed_findings` checks an item's recorded seeds.
 - :func:`collect_items` and :func:`summarise_items` (a ``StageKind.summarise``) gather each
   item's named files into one summary file; :func:`render_summary` (a ``StageKind.render``)
-  shows a summary as an HTML table.
+  shows a summary as an HTML table; :func:`headline_from` (a ``StageKind.headline``) fills
+  one line for the index of runs from it.
 - :func:`torch_seeded` seeds torch's global generator from an item's derivation inside a
   fork of it (see its docstring for the thread settings a replay needs).
 """
@@ -413,6 +414,22 @@ def render_summary(
     return render
 
 
+def headline_from(summary_file: str, template: str) -> Callable[[Any], str]:
+    """A ``StageKind.headline``: ``template.format_map(summary)`` of the complete run's
+    ``summary/<summary_file>`` (a JSON object), e.g. ``"decision: {decision}"``; nested
+    fields as ``{interval[low]}``."""
+
+    def headline(context: Any) -> str:
+        summary = context.summary_json(summary_file)
+        if not isinstance(summary, Mapping):
+            raise TypeError(
+                f"summary file {summary_file} holds no JSON object to fill {template!r}"
+            )
+        return template.format_map(summary)
+
+    return headline
+
+
 @contextlib.contextmanager
 def torch_seeded(source: Any, *coords: object) -> Iterator[int]:
     """Inside the block, torch's global generator is seeded from the item's derivation; on
@@ -445,6 +462,7 @@ __all__ = [
     "collect_items",
     "compare",
     "compare_folders",
+    "headline_from",
     "json_value",
     "load_json",
     "load_npz",

@@ -326,6 +326,11 @@ def cells(settings: Settings) -> dict[str, int]:
     return {item_key({"replicate": r}): r for r in range(settings.replicates)}
 
 
+def seed_coords(replicate: int) -> tuple[object, ...]:
+    """What the item of a replicate seeds from (after the plan's seed_namespace)."""
+    return ("replicate", replicate)
+
+
 def compute(settings: Settings, rng) -> dict:
     """One replicate's result from its generator. REPLACE with your experiment."""
     draws = rng.normal(size=settings.draws)
@@ -337,7 +342,7 @@ def run_item(research, replicate: int) -> None:
     it, so it writes only to research.outputs and reads no research.inputs (items that
     read inputs need a replay of their own, with api.replay_outputs)."""
     research.coords(replicate=replicate)  # first: even a failed item names its cell
-    rng = research.numpy_generator("replicate", replicate)  # its own seed, recorded
+    rng = research.numpy_generator(*seed_coords(replicate))  # its own seed, recorded
     result = {"replicate": replicate, **compute(research.settings, rng)}
     api.save_json(research.outputs / ITEM_FILE, result)
     research.progress(f"mean {result['mean']:.4f}")
@@ -353,6 +358,10 @@ def build_summary(settings: Settings, results: Mapping[str, dict]) -> dict:
 KIND = api.StageKind(
     name="$kind",
     settings=api.settings_parser(Settings),
+    # The grid and each cell's seed: `prereg approve` refuses an empty grid or a seed that
+    # cannot be derived, before a run id is spent.
+    cells=cells,
+    seed_coords=seed_coords,
     item_key=item_key,
     # On the controller, once every item passed: summary/summary.json.
     summarise=api.summarise_items(
@@ -365,6 +374,8 @@ KIND = api.StageKind(
     render=api.render_summary(
         f"Stage {STAGE}", SUMMARY_FILE, table="replicates", section_id=STAGE
     ),
+    # One line for the index of runs (`prereg runs`, the report index).
+    headline=api.headline_from(SUMMARY_FILE, "mean of means {mean_of_means:.4f}"),
     doc=__doc__ or "",
 )
 '''

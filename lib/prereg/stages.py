@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from prereg import registry
+from prereg import registry, seeds
 from prereg.hashing import read_json
 from prereg.runs import RunFolder, RunLayout
 from prereg.schema import SchemaError
@@ -58,9 +58,13 @@ class StageKind:
 
     ``settings(plan_data, stage)`` parses the stage's parameters once into frozen, typed
     settings and raises ``ValueError`` naming the field on bad input; ``validate`` is kept
-    for checks that need the whole :class:`prereg.plans.Plan`. ``item_key(coords)`` names an
+    for checks that need the whole :class:`prereg.plans.Plan`. ``cells(settings)`` is the
+    item grid, ``{item key: cell}``, and ``seed_coords(cell)`` the coordinates its item
+    seeds from (after the stage's ``seed_namespace``): with them :meth:`check` refuses a
+    grid no run could complete before a run id is spent. ``item_key(coords)`` names an
     item by the coordinates it recorded. ``render(SectionContext) -> str`` is the HTML
-    section of the kind's report (complete runs only).
+    section of the kind's report (complete runs only); ``headline(RunView) -> str | None``
+    one line of a complete run's result (its decision, say) for the index of runs.
     """
 
     name: str
@@ -72,20 +76,63 @@ class StageKind:
     summarise: Callable[[RunView], None] | None = None
     replay: Callable[[RunView], list[str]] | None = None
     settings: Callable[[dict, str], object] | None = None
+    cells: Callable[[Any], Mapping[str, Any]] | None = None
+    seed_coords: Callable[[Any], tuple] | None = None
     item_key: Callable[[Mapping[str, Any]], str] = coordinate_key
     render: Callable[[Any], str] | None = None
+    headline: Callable[[Any], str | None] | None = None
     doc: str = field(default="")
 
     def check(self, plan: object, stage: str) -> None:
-        """Validate the stage's plan entry: the typed settings parse, then ``validate``."""
+        """Validate the stage's plan entry: the typed settings parse, ``validate``, then the
+        item grid (:func:`grid_problems`). ``prereg approve``, the gate, a rehearsal and the
+        software check ``prereg init`` writes all call this."""
+        settings = None
         if self.settings is not None:
             try:
-                self.settings(plan.data, stage)
+                settings = self.settings(plan.data, stage)
             except ValueError as error:
                 if str(plan.path) in str(error):
                     raise
                 raise SchemaError(f"{plan.path}: {error}") from error
         self.validate(plan, stage)
+        if self.cells is not None:
+            namespace = plan.stage(stage).get("seed_namespace")
+            problems = grid_problems(self, settings, namespace)
+            if problems:
+                raise SchemaError(
+                    f"{plan.path}: stages.{stage}: the item grid of kind {self.name!r} cannot "
+                    f"be run: {'; '.join(problems)}"
+                )
+
+
+def grid_problems(kind: StageKind, settings: object, namespace: str | None) -> list[str]:
+    """What makes the grid ``kind.cells(settings)`` unrunnable: no cell, or (with
+    ``kind.seed_coords``) a cell whose seed derivation under ``namespace`` cannot be written,
+    so its item would fail when it draws. Each problem names the cell and what to change."""
+    grid = kind.cells(settings)
+    if not isinstance(grid, Mapping):
+        return [f"cells(settings) returned {type(grid).__name__}, not a mapping item key -> cell"]
+    if not grid:
+        return [
+            "it has no cell, so a run would collect no item: check the parameters it is built from"
+        ]
+    if kind.seed_coords is None:
+        return []
+    if namespace is None:
+        return [
+            "the kind seeds its items (seed_coords) but the stage has no seed_namespace: set one"
+        ]
+    problems = []
+    for key, cell in grid.items():
+        coords = tuple(kind.seed_coords(cell))
+        try:
+            seeds.derivation(namespace, *coords)
+        except seeds.SeedCoordinateError as error:
+            problems.append(
+                f"cell {key!r} seeds from {coords!r}, which has no derivation ({error})"
+            )
+    return problems
 
 
 @dataclass(frozen=True)

@@ -146,9 +146,26 @@ def every_run(root: Path) -> list[RunRecord]:
     return sorted(started, key=lambda r: r.run_id) + refusals(root)
 
 
+def headline(root: Path, record: RunRecord) -> str | None:
+    """The kind's one line of a complete run's result (:attr:`StageKind.headline`), or None:
+    the run is not complete, or its kind gives none or is unknown here."""
+    if not record.complete:
+        return None
+    plan, _ = plan_at_run(root, record)
+    kind = _kind(plan, record.stage)
+    line = section_for(kind, "headline")
+    if line is None:
+        return None
+    try:
+        return line(SectionContext(root=root, record=record, plan=plan, kind=kind))
+    except Exception as error:  # noqa: BLE001 -- a broken summary must not hide the index
+        return f"headline unreadable: {type(error).__name__}: {error}"
+
+
 def index_rows(root: Path, records: list[RunRecord], *, audit: str = "cached") -> list[dict]:
-    """One row per run or refusal: stage, run id, status, when, elapsed, the items' outcome
-    and the audit verdict (of the records: a clean audit says nothing of the outcome)."""
+    """One row per run or refusal: stage, run id, status, when, elapsed, the items' outcome,
+    the kind's headline of a complete run, and the audit verdict (of the records: a clean
+    audit says nothing of the outcome)."""
     rows = []
     for record in records:
         if record.status == NO_MANIFEST and audit != "none":
@@ -164,6 +181,7 @@ def index_rows(root: Path, records: list[RunRecord], *, audit: str = "cached") -
                 "elapsed_seconds": record.elapsed_seconds,
                 "budget_seconds": (record.manifest or {}).get("budget", {}).get("seconds"),
                 "outcome": outcome_summary(record),
+                "headline": headline(root, record),
                 "audit": verdict.verdict,
                 "audit_findings": list(verdict.findings),
                 "path": str(record.path),
@@ -184,6 +202,7 @@ def render_index(rows: list[dict], *, now: str | None = None) -> str:
             "elapsed (s)",
             "budget (s)",
             "items",
+            "result",
             "audit of the records",
         ],
         [
@@ -199,6 +218,7 @@ def render_index(rows: list[dict], *, now: str | None = None) -> str:
                 r["elapsed_seconds"],
                 r["budget_seconds"],
                 r["outcome"],
+                r["headline"] or "",
                 r["audit"],
             ]
             for r in rows

@@ -41,14 +41,14 @@ class SectionContext:
 SectionRenderer = Callable[[SectionContext], str]
 
 
-def section_for(kind: str | None) -> SectionRenderer | None:
-    """The renderer of a stage kind (its ``render``), or None when the kind is unknown here
-    or renders no section (header and items only)."""
+def section_for(kind: str | None, part: str = "render") -> SectionRenderer | None:
+    """A stage kind's ``render`` (or its ``headline``: ``part``), or None when the kind is
+    unknown here or gives none (the report shows header and items only)."""
     if kind is None:
         return None
     from prereg.stages import UnknownStageKind, load_kind
 
     try:
-        return load_kind(kind).render
+        return getattr(load_kind(kind), part)
     except UnknownStageKind:
         return None

@@ -95,6 +95,8 @@ def run_item(research, replicate: int) -> None:
 KIND = api.StageKind(
     name=NAME,
     settings=parse_settings,
+    cells=cells,
+    seed_coords=seed_coords,
     item_key=item_key,
     summarise=api.summarise_items(SUMMARY_FILE, ITEM_FILE, cells=cells, build=build_summary),
     replay=api.rerun_replay(run_item, cells, rtol=REPLAY_RTOL),
@@ -104,5 +106,6 @@ KIND = api.StageKind(
         table="replicates",
         section_id="paired-models",
     ),
+    headline=api.headline_from(SUMMARY_FILE, "decision: {decision}"),
     doc=__doc__ or "",
 )
