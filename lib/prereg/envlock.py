@@ -47,7 +47,7 @@ import re
 import sys
 from pathlib import Path
 
-from prereg import records
+from prereg import execution, records
 from prereg.hashing import sha256_file
 
 # Files of a distribution's own .dist-info folder that record how it was installed: left out.
@@ -132,8 +132,6 @@ def lock(dirs: list[str] | None = None) -> dict:
     by default): ``{"python": {...}, "distributions": {name: {"version", "record_sha256",
     "files"[, "entries"]}}}``. Two metadata folders of one name (a stale ``.dist-info`` left
     beside the current one) are both kept, the later in sorted order keyed ``name (folder)``."""
-    from prereg import execution
-
     folders = dirs if dirs is not None else execution.site_dirs()
     found = []
     for dist in importlib.metadata.distributions(path=list(folders)):

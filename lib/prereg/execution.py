@@ -646,6 +646,18 @@ def _entry_point_module(value: str) -> str:
     return value.split(":", 1)[0].strip()
 
 
+# group -> (what an entry is, built-in name -> the "module:attribute" it is, or None when no
+# entry point names it): each extension point's built-in table, declared by
+# prereg.registry.ExtensionPoint as its owner is imported (this layer imports no owner).
+_built_in_entries: dict[str, tuple[str, dict[str, str | None]]] = {}
+
+
+def declare_built_in(group: str, what: str, references: dict[str, str | None]) -> None:
+    """Record the built-in entries of extension point ``group`` (``what``: "stage kind"), so
+    package metadata inside the checkout naming one of them otherwise is refused."""
+    _built_in_entries[group] = (what, dict(references))
+
+
 def _metadata_problems(checkout: Checkout, rel: str) -> list[str]:
     """Package metadata inside the checkout (for example ``lib/prereg.egg-info``).
 
@@ -656,11 +668,9 @@ def _metadata_problems(checkout: Checkout, rel: str) -> list[str]:
     could change code is an entry point: so every entry point must name a committed module
     of the checkout, none may be a pytest plugin (``pytest11``, autoloaded) except prereg's
     own declaration (:data:`PYTEST_PLUGIN_ENTRY_POINT`, name and value exactly), and a
-    ``prereg.stage_kinds`` entry may not redirect a built-in kind (which
-    :func:`prereg.stages.load_kind` never reads from metadata anyway).
+    entry of a declared extension point's group may not redirect a built-in entry of it
+    (:func:`declare_built_in`; an extension point never reads those from metadata anyway).
     """
-    from prereg.stages import BUILT_IN_KINDS, ENTRY_POINT_GROUP
-
     folder = os.path.join(checkout.top, rel)
     found = []
     modules = {
@@ -679,11 +689,13 @@ def _metadata_problems(checkout: Checkout, rel: str) -> list[str]:
         if point.group == "pytest11" and entry != PYTEST_PLUGIN_ENTRY_POINT:
             # prereg's own entry passes on to the committed-module check below
             found.append(f"{where}: a pytest plugin loaded at every start; delete {rel}")
-        elif point.group == ENTRY_POINT_GROUP and point.name in BUILT_IN_KINDS:
-            if point.value.replace(" ", "") != BUILT_IN_KINDS[point.name]:
+        elif point.name in _built_in_entries.get(point.group, ("", {}))[1]:
+            what, references = _built_in_entries[point.group]
+            if entry[1] != references[point.name]:
                 found.append(
-                    f"{where}: it redirects the built-in stage kind to other code; delete {rel} "
-                    "and reinstall (pip install -e .)"
+                    f"{where}: it redirects the built-in {what} {point.name!r} (tracked code: "
+                    f"{references[point.name] or 'not named by an entry point'}) to other "
+                    f"code; delete {rel} and reinstall (pip install -e .)"
                 )
         elif not any(
             m == module.replace(".", "/") or m.endswith("/" + module.replace(".", "/"))

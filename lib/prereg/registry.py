@@ -1,7 +1,11 @@
 """Extension points: what a user's installed package may add to prereg, found by entry point.
 
-Four groups, one per kind of extension (a package's ``pyproject.toml`` declares them under
-``[project.entry-points."<group>"]``):
+An extension point is an :class:`ExtensionPoint`: an entry-point group, the owner's built-in
+table (tracked code, never taken from package metadata), and a check of what an entry must
+be. Its owner declares it once, at import, in its own module; ``load(name)`` gives the
+built-in entry of that name, else the entry a recorded installed distribution declares under
+the group (a package's ``pyproject.toml`` declares them under
+``[project.entry-points."<group>"]``). prereg's own points:
 
 =========================  =====================================================  ==========
 group                      the entry point names                                  its name
@@ -12,6 +16,10 @@ group                      the entry point names                                
 ``prereg.harness_kinds``   a :class:`prereg.e04.harness.HarnessKind` (E04)         ``kind``
 =========================  =====================================================  ==========
 
+A user's stage kind declares a point of its own the same way (``api.ExtensionPoint``), under
+any well-formed group (:func:`group_problem`): the approval binds, the manifest records and
+the audit checks every group a loaded entry came from, as they do prereg's.
+
 A run must be able to say exactly which code it ran, so an entry is read only from a
 distribution installed in site-packages whose module is a file listed, with a matching
 SHA-256, in the distribution's RECORD: a recorded package version (an editable install does
@@ -19,34 +27,63 @@ not qualify, nor does metadata lying inside the checkout). An entry's origin bin
 of the RECORD entries that count (:func:`prereg.envlock.counted_entries`: the installer's
 bookkeeping such as ``direct_url.json`` left out), so a byte-identical reinstall from another
 copy of the source matches it. The project's own entries are tracked code and never come from
-metadata (see each registry's built-in table); an installed entry under a built-in name is
-ignored. :func:`origin` says where a loaded entry came from, and the manifest records it.
+metadata (each point's built-in table); an installed entry under a built-in name is ignored,
+and package metadata inside the checkout that names a built-in entry otherwise is refused
+(:func:`prereg.execution.declare_built_in`). :func:`origin` says where a loaded entry came
+from, and the manifest records it.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
 import importlib.metadata
 import os
+import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable
 
-from prereg import envlock, records
+from prereg import envlock, execution, records
 
 STAGE_KINDS = "prereg.stage_kinds"
 LAW_FAMILIES = "prereg.law_families"
 HARNESS_KINDS = "prereg.harness_kinds"
-GROUPS = (STAGE_KINDS, LAW_FAMILIES, HARNESS_KINDS)
 # Where an installed entry came from (approval records, manifests): field -> type.
 EXTENSION_ORIGIN = records.EXTENSION_ORIGIN
+# An extension point's group: two or more dot-separated lowercase words (``owner.what``), so
+# it names no group an installer or pytest reads (``console_scripts``, ``pytest11``).
+GROUP_PATTERN = re.compile(r"[a-z][a-z0-9_-]*(?:\.[a-z][a-z0-9_-]*)+")
+GROUP_MAX_LENGTH = 100
 
-# group -> name -> where it came from ({"distribution", "entry_point", "file"})
+# group -> name -> where it came from ({"distribution", "entry_point", "file", "record_sha256"})
 _origins: dict[str, dict[str, dict]] = {}
+# group -> the ExtensionPoint declared for it in this process
+_points: dict[str, ExtensionPoint] = {}
 
 
-class NotInstalled(LookupError):
+def group_problem(group: object) -> str | None:
+    """Why ``group`` is not a well-formed extension-point group, or None when it is."""
+    if not isinstance(group, str):
+        return f"group {group!r} is a {type(group).__name__}, not a str"
+    if len(group) > GROUP_MAX_LENGTH:
+        return f"group {group[:40]!r}... is longer than {GROUP_MAX_LENGTH} characters"
+    if not GROUP_PATTERN.fullmatch(group):
+        return (
+            f"group {group!r} is not two or more dot-separated lowercase words "
+            "(letters, digits, '_' or '-', each word starting with a letter; e.g. "
+            "'acme.sweep_variants')"
+        )
+    return None
+
+
+class ExtensionError(LookupError):
+    """An extension point's entry cannot be used (the message says why and what to do)."""
+
+
+class NotInstalled(ExtensionError):
     """No recorded installed distribution provides the entry; ``reasons`` says why not."""
 
     def __init__(self, group: str, name: str, reasons: list[str]):
@@ -71,9 +108,7 @@ def _recorded(group: str):
     The origin (see :func:`origin`) is None, and the reason says why, when the entry's
     module is not a file its distribution's RECORD lists with a matching SHA-256.
     """
-    from prereg.execution import site_dirs
-
-    for dist in importlib.metadata.distributions(path=site_dirs()):
+    for dist in importlib.metadata.distributions(path=execution.site_dirs()):
         for point in dist.entry_points:
             if point.group != group:
                 continue
@@ -289,3 +324,101 @@ def origin(group: str, name: str) -> dict | None:
 def loaded_origins() -> dict[str, dict[str, dict]]:
     """Every installed entry loaded in this process: group -> name -> origin (a copy)."""
     return {group: dict(entries) for group, entries in _origins.items() if entries}
+
+
+def _reference(value: object) -> str | None:
+    """The ``module:attribute`` a built-in entry is: the string itself, or the defining module
+    and qualified name of a function or class; None for an instance (no entry point names it)."""
+    if isinstance(value, str):
+        return value.replace(" ", "")
+    module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if isinstance(module, str) and isinstance(name, str) and "<" not in name:
+        return f"{module}:{name}"
+    return None
+
+
+class ExtensionPoint:
+    """An entry-point group and what it holds: the owner's built-in entries, then entries a
+    recorded installed distribution declares under the group.
+
+    ``built_in`` maps a name to its entry, or to the ``"module:attribute"`` string naming it
+    (imported on first use); ``check(name, obj)`` says whether a loaded object is a valid entry
+    of that name (None: any object is); ``what`` names an entry in messages ("stage kind").
+    Declare a point once, at import of its owner's module, and load through it::
+
+        VARIANTS = api.ExtensionPoint("acme.variants", {"plain": plain}, callable_check, "variant")
+        build = VARIANTS.load(settings.variant)
+
+    Declaring ``group`` again with the same built-in names replaces the point (a module
+    reloaded); with others it is refused, as two owners would then disagree about the group.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        built_in: Mapping[str, object],
+        check: Callable[[str, object], bool] | None = None,
+        what: str = "entry",
+    ) -> None:
+        problem = group_problem(group)
+        if problem is not None:
+            raise ValueError(f"extension point: {problem}")
+        declared = _points.get(group)
+        if declared is not None and set(declared.built_in) != set(built_in):
+            raise ValueError(
+                f"extension point {group!r} is already declared (as {declared.what}s, built in: "
+                f"{sorted(declared.built_in)}); declare yours under another group"
+            )
+        self.group, self.what = group, what
+        self.built_in: dict[str, object] = dict(built_in)
+        self._check = check
+        _points[group] = self
+        execution.declare_built_in(
+            group, what, {name: _reference(value) for name, value in self.built_in.items()}
+        )
+
+    def __repr__(self) -> str:
+        return f"ExtensionPoint({self.group!r}, built in: {sorted(self.built_in)})"
+
+    def accepts(self, name: str, obj: object) -> bool:
+        """Whether ``obj`` is a valid entry ``name`` of this point."""
+        return self._check is None or bool(self._check(name, obj))
+
+    def _built_in_entry(self, name: str) -> object:
+        value = self.built_in[name]
+        if isinstance(value, str):
+            module, _, attribute = value.partition(":")
+            value = getattr(importlib.import_module(module.strip()), attribute.strip(), None)
+        if not self.accepts(name, value):
+            raise ExtensionError(
+                f"built-in {self.what} {name!r}: {self.built_in[name]!r} is {value!r}, not a "
+                f"valid {self.what} {name!r} of {self.group!r}; fix the owner's built-in table"
+            )
+        return value
+
+    def load(self, name: str) -> object:
+        """Entry ``name``: the built-in one, else the one a recorded installed distribution
+        declares (:func:`load_installed`: its metadata and module file are read again on each
+        call, its module imported once; a caller that loads often keeps what it got). Raises
+        :class:`NotInstalled` with every reason found otherwise (:class:`ExtensionError` for a
+        broken built-in)."""
+        if name in self.built_in:
+            return self._built_in_entry(name)
+        return load_installed(self.group, name, lambda obj: self.accepts(name, obj))
+
+    def origin(self, name: str) -> dict | None:
+        """Where entry ``name`` comes from: ``{"built_in": "module:attribute"}`` for a built-in
+        entry (``{"built_in": name}`` when no such string names it), the installed
+        distribution's origin (:func:`origin`) once loaded, else None."""
+        if name in self.built_in:
+            return {"built_in": _reference(self.built_in[name]) or name}
+        return origin(self.group, name)
+
+    def names(self) -> list[str]:
+        """The built-in names and those recorded installed distributions provide (sorted)."""
+        return sorted(set(self.built_in) | set(installed_names(self.group)))
+
+
+def declared_points() -> dict[str, ExtensionPoint]:
+    """Every extension point declared in this process: group -> point (a copy)."""
+    return dict(_points)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from prereg import registry, seeds
+from prereg import execution, registry, seeds
 from prereg.hashing import read_json
 from prereg.runs import RunFolder, RunLayout
 from prereg.schema import SchemaError
@@ -262,18 +262,12 @@ def register_kind(kind: StageKind) -> None:
     _registered[kind.name] = kind
 
 
-def _built_in(name: str) -> StageKind:
-    module, attribute = BUILT_IN_KINDS[name].split(":")
-    kind = getattr(importlib.import_module(module), attribute)
-    if not isinstance(kind, StageKind) or kind.name != name:
-        raise UnknownStageKind(
-            f"built-in stage kind {name!r}: {BUILT_IN_KINDS[name]} is not StageKind {name!r}"
-        )
-    return kind
+def _is_kind(name: str, kind: object) -> bool:
+    return isinstance(kind, StageKind) and kind.name == name
 
 
-def _is_kind(name: str) -> Callable[[object], bool]:
-    return lambda kind: isinstance(kind, StageKind) and kind.name == name
+# Stage kinds by name: the built-in ones, then those installed packages declare.
+KIND_POINT = registry.ExtensionPoint(ENTRY_POINT_GROUP, BUILT_IN_KINDS, _is_kind, "stage kind")
 
 
 def is_project_kind(name: str) -> bool:
@@ -285,8 +279,6 @@ def _project_kind(name: str) -> StageKind:
     """Import ``module:attribute`` from the project's code (its folders on ``sys.path``:
     the checkout's top and pytest.ini's ``pythonpath``; in a run, the snapshot's), never from
     an installed package, so the approved commit binds it and no install can go stale."""
-    from prereg.execution import site_dirs  # execution imports stages: loaded on use
-
     module_name, _, attribute = name.partition(PROJECT_KIND_SEPARATOR)
     where = (
         "a project kind is a module of the project's tracked code, found from the checkout's top "
@@ -299,7 +291,9 @@ def _project_kind(name: str) -> StageKind:
             f"stage kind {name!r}: {module_name} does not import ({err}); {where}"
         ) from None
     origin = os.path.realpath(getattr(module, "__file__", None) or "")
-    if not origin or any(origin.startswith(os.path.realpath(d) + os.sep) for d in site_dirs()):
+    if not origin or any(
+        origin.startswith(os.path.realpath(d) + os.sep) for d in execution.site_dirs()
+    ):
         raise UnknownStageKind(
             f"stage kind {name!r}: {module_name} was imported from {origin or 'no file'}, an "
             f"installed package, not the project's code ({where}): uninstall that package; a "
@@ -338,12 +332,10 @@ def use_project_code(root: Path) -> None:
 def load_kind(name: str) -> StageKind:
     if is_project_kind(name):
         return _project_kind(name)  # imported each time: the module system caches it
-    if name in BUILT_IN_KINDS:
-        return _built_in(name)  # never _registered: built-in kinds have one home
-    if name in _registered:
+    if name in _registered and name not in BUILT_IN_KINDS:  # built-in kinds have one home
         return _registered[name]
     try:
-        kind = registry.load_installed(ENTRY_POINT_GROUP, name, _is_kind(name))
+        kind = KIND_POINT.load(name)
     except registry.NotInstalled as missing:
         known = sorted(set(_registered) | set(BUILT_IN_KINDS))
         why = f" ({'; '.join(missing.reasons)})" if missing.reasons else ""
@@ -352,17 +344,20 @@ def load_kind(name: str) -> StageKind:
             f"(a package installed in site-packages adds one under the entry-point group "
             f"{ENTRY_POINT_GROUP!r})"
         ) from None
-    _registered[name] = kind
+    except registry.ExtensionError as broken:
+        raise UnknownStageKind(str(broken)) from None
+    if name not in BUILT_IN_KINDS:
+        _registered[name] = kind  # loaded once per process
     return kind
 
 
 def kind_origin(name: str) -> dict:
     """Where kind ``name`` comes from: built in, registered in-process, or a distribution."""
     if name in BUILT_IN_KINDS:
-        return {"built_in": BUILT_IN_KINDS[name]}
+        return KIND_POINT.origin(name)
     if name == PLAIN.name:
         return {"built_in": f"{__name__}:PLAIN"}
     if is_project_kind(name):
         module = sys.modules.get(name.partition(PROJECT_KIND_SEPARATOR)[0])
         return {"project": name, "file": getattr(module, "__file__", None)}
-    return registry.origin(ENTRY_POINT_GROUP, name) or {"registered": True}
+    return KIND_POINT.origin(name) or {"registered": True}

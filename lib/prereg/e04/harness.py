@@ -483,8 +483,17 @@ BUILT_IN_HARNESS_KINDS: tuple[HarnessKind, ...] = (
 _installed: dict[str, HarnessKind] = {}
 
 
-def _is_harness_kind(name: str) -> Callable[[object], bool]:
-    return lambda found: isinstance(found, HarnessKind) and found.kind == name
+def _is_harness_kind(name: str, found: object) -> bool:
+    return isinstance(found, HarnessKind) and found.kind == name
+
+
+# Harness kinds by name: the built-in ones, then those installed packages declare.
+HARNESS_POINT = registry.ExtensionPoint(
+    ENTRY_POINT_GROUP,
+    {built_in.kind: built_in for built_in in BUILT_IN_HARNESS_KINDS},
+    _is_harness_kind,
+    "harness kind",
+)
 
 
 def installed_kind(name: str) -> HarnessKind:
@@ -492,10 +501,10 @@ def installed_kind(name: str) -> HarnessKind:
 
     Raises :class:`prereg.registry.NotInstalled` (with every reason found) otherwise.
     """
-    if any(name == built_in.kind for built_in in BUILT_IN_HARNESS_KINDS):
+    if name in HARNESS_POINT.built_in:
         raise registry.NotInstalled(ENTRY_POINT_GROUP, name, [f"{name!r} is built in"])
     if name not in _installed:
-        _installed[name] = registry.load_installed(ENTRY_POINT_GROUP, name, _is_harness_kind(name))
+        _installed[name] = HARNESS_POINT.load(name)
     return _installed[name]
 
 

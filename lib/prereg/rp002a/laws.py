@@ -200,6 +200,11 @@ LawFamily = Callable[[Mapping[str, Any]], HiddenMarkovLaw]
 #: A name here is never resolved through package metadata.
 BUILT_IN_FAMILIES: dict[str, LawFamily] = {HIDDEN_MARKOV_ERASURE: hidden_markov_erasure_law}
 
+#: Law families by name: the built-in ones, then those installed packages declare under
+#: ``prereg.law_families``.
+FAMILY_POINT = extensions.ExtensionPoint(
+    extensions.LAW_FAMILIES, BUILT_IN_FAMILIES, lambda name, build: callable(build), "law family"
+)
 # Families loaded from installed distributions in this process: name -> builder.
 _installed: dict[str, LawFamily] = {}
 
@@ -213,17 +218,14 @@ def installed_family(name: str) -> LawFamily:
     if name in BUILT_IN_FAMILIES:
         raise LawError(f"law family {name!r} is built in; it is never read from package metadata")
     if name not in _installed:
-        _installed[name] = extensions.load_installed(extensions.LAW_FAMILIES, name, callable)
+        _installed[name] = FAMILY_POINT.load(name)
     return _installed[name]
 
 
 def family_origin(name: str) -> dict | None:
     """Where family ``name`` came from: built in, or the installed distribution and file
     (:func:`prereg.registry.origin`); None if it was not loaded from either."""
-    if name in BUILT_IN_FAMILIES:
-        build = BUILT_IN_FAMILIES[name]
-        return {"built_in": f"{build.__module__}:{build.__qualname__}"}
-    return extensions.origin(extensions.LAW_FAMILIES, name)
+    return FAMILY_POINT.origin(name)
 
 
 class LawRegistry:
@@ -283,9 +285,7 @@ class LawRegistry:
             except extensions.NotInstalled as missing:
                 reasons = missing.reasons
         why = f" ({'; '.join(reasons)})" if reasons else ""
-        known = sorted(
-            set(self._families) | set(extensions.installed_names(extensions.LAW_FAMILIES))
-        )
+        known = sorted(set(self._families) | set(FAMILY_POINT.names()) - set(BUILT_IN_FAMILIES))
         raise LawError(
             f"law spec family={name!r} is unknown{why}; known families: {known} (built in: "
             f"{sorted(BUILT_IN_FAMILIES)}). A package adds one by declaring it under "
