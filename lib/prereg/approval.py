@@ -24,6 +24,10 @@ from prereg.gate import Refusal
 from prereg.hashing import read_json, sha256_file, write_json
 from prereg.plans import load_plan, validate_stage
 from prereg.records import APPROVAL_FORMAT, APPROVAL_SCHEMA, APPROVALS_DIR, approval_record
+from prereg.requirements import (
+    BASELINE,
+    baseline_problems,  # noqa: F401  public API: docs/API.md
+)
 from prereg.runs import (
     COMPLETE,
     STAGE_NAME,
@@ -40,11 +44,10 @@ from prereg.runs import (
     runs_dir,
     valid_run_id,
 )
-from prereg.schema import MapOf, validate
+from prereg.schema import validate
 from prereg.stages import ini_list, load_kind
 
 FORMAT = APPROVAL_FORMAT
-BASELINE = Path("plans") / "BASELINE.json"
 APPROVALS = Path(APPROVALS_DIR)
 
 
@@ -90,29 +93,7 @@ def list_approvals(root: Path) -> list[Approval]:
     return [load_approval(p) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
 
 
-# -- baseline ---------------------------------------------------------------------------
-
-
-def baseline_problems(root: Path) -> list[str]:
-    """Each immutable file of ``plans/BASELINE.json`` that is missing or hashes otherwise."""
-    path = Path(root) / BASELINE
-    if not path.exists():
-        return [f"{BASELINE} does not exist; it lists the immutable historical files"]
-    listed = read_json(path, what="baseline")
-    validate(listed, {"description": str, "files": MapOf(str)}, source=str(path))
-    problems = []
-    for rel, expected in sorted(listed["files"].items()):
-        target = Path(root) / rel
-        if not target.exists():
-            problems.append(f"{rel} is listed in {BASELINE} but missing")
-        elif sha256_file(target) != expected:
-            problems.append(
-                f"{rel} hashes {sha256_file(target)[:12]}, {BASELINE} says {expected[:12]}"
-            )
-    return problems
-
-
-# -- inputs and dependencies --------------------------------------------------------------
+# -- inputs and required runs ----------------------------------------------------------------
 
 
 def bind_input(path: Path) -> dict:
@@ -129,20 +110,6 @@ def bind_input(path: Path) -> dict:
     raise ApprovalError(f"input {path} does not exist")
 
 
-def input_problems(record_inputs: dict) -> list[str]:
-    problems = []
-    for name, bound in sorted(record_inputs.items()):
-        path = Path(bound["path"])
-        if bound["kind"] == "file":
-            if not path.is_file():
-                problems.append(f"input {name}: {path} is missing")
-            elif sha256_file(path) != bound["sha256"]:
-                problems.append(f"input {name}: {path} changed since approval")
-        elif not path.is_dir() or not gitrepo.commit_exists(path, bound["commit"]):
-            problems.append(f"input {name}: repository {path} lacks commit {bound['commit'][:12]}")
-    return problems
-
-
 def latest_complete_run(root: Path, stage: str) -> str | None:
     """The stage's latest complete run whose manifest is the one git records for it."""
     done = [
@@ -155,54 +122,6 @@ def latest_complete_run(root: Path, stage: str) -> str | None:
     ]
     done.sort(key=lambda r: r.manifest["ended_at"])
     return done[-1].run_id if done else None
-
-
-def dependency_problems(root: Path, requires: dict, *, plan_sha256: str) -> list[str]:
-    """Each required run that is missing, changed, incomplete, of another plan or not clean."""
-    from prereg.audit import audit_run_cached
-
-    problems = []
-    for stage, bound in sorted(requires.items()):
-        if not valid_run_id(bound["run_id"]):
-            problems.append(f"required {stage} run {bound['run_id']!r} is not a run id")
-            continue
-        layout = RunLayout(root, bound["run_id"])
-        folder, manifest = layout.folder, layout.manifest
-        if not manifest.exists():
-            problems.append(f"required {stage} run {bound['run_id']} has no manifest")
-            continue
-        if sha256_file(manifest) != bound["manifest_sha256"]:
-            problems.append(
-                f"required {stage} run {bound['run_id']}: manifest changed since approval"
-            )
-            continue
-        try:
-            recorded = read_json(manifest, what="manifest")
-            status, plan_hash = recorded["status"], recorded["plan"]["sha256"]
-        except (ValueError, KeyError, TypeError) as err:
-            problems.append(f"required {stage} run {bound['run_id']}: unreadable manifest ({err})")
-            continue
-        if plan_hash != plan_sha256:
-            problems.append(
-                f"required {stage} run {bound['run_id']} ran under another plan (SHA-256 "
-                f"{str(plan_hash)[:12]}), not this approval's plan ({plan_sha256[:12]})"
-            )
-            continue
-        if recorded.get("stage") != stage:
-            problems.append(
-                f"required {stage} run {bound['run_id']} is a run of stage {recorded.get('stage')!r}"
-            )
-            continue
-        if status != COMPLETE:
-            problems.append(f"required {stage} run {bound['run_id']} is {status}, not complete")
-            continue
-        findings = audit_run_cached(root, folder)
-        if findings:
-            problems.append(
-                f"required {stage} run {bound['run_id']} does not audit clean: {findings[0]}"
-                + (f" (and {len(findings) - 1} more)" if len(findings) > 1 else "")
-            )
-    return problems
 
 
 # -- run ids and bound runs -----------------------------------------------------------------
@@ -455,7 +374,9 @@ def create_approval(
     # The interpreter and every installed distribution (prereg.envlock): the gate refuses a
     # run after anything was installed, removed or changed.
     record["environment_lock"] = envlock.lock()
-    facts = gate.gather(root, record, record_path, stage=stage, at_approval=True).facts
+    facts = gate.gather(
+        root, record, record_path, stage=stage, at_approval=True, approvals=list_approvals(root)
+    ).facts
     refusals = gate.check(facts, gate.APPROVE_CONDITIONS)
     if refusals:
         raise ApprovalError("\n  ".join(str(r) for r in refusals))

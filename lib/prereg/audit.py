@@ -30,7 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
-from prereg import envlock, execution, gate, gitrepo, ledger
+from prereg import envlock, execution, gitrepo, ledger
+from prereg import snapshot as snapshots
 from prereg.hashing import (
     FolderListing,
     hash_entry,
@@ -721,17 +722,19 @@ def check_files(ev: Evidence) -> list[str]:
 
 def _extension_form(value: Any) -> tuple[bool, list[str]]:
     """Whether ``environment.extensions`` fits its schema, and the findings of its form."""
-    from prereg.registry import GROUPS
+    from prereg.registry import group_problem
 
     found: list[str] = []
     where = "environment.extensions"
     if not _fits(value, MapOf(MapOf(EXTENSION_ORIGIN)), MANIFEST, where, found):
         return False, found
-    for group in sorted(set(value) - set(GROUPS)):
-        found.append(
-            f"{MANIFEST}: field {where} names {group!r}, not an extension group "
-            f"(one of {', '.join(GROUPS)})"
-        )
+    for group in sorted(value):
+        problem = group_problem(group)
+        if problem is not None:
+            found.append(
+                f"{MANIFEST}: field {where} names {group!r}, not an extension-point group "
+                f"({problem}): nothing the run could have loaded records it"
+            )
     return True, found
 
 
@@ -822,7 +825,7 @@ def check_unbound_kind(ev: Evidence) -> list[str]:
 def check_execution(ev: Evidence) -> list[str]:
     """Re-judge, from the manifest, the conditions under which the run's code ran: it ran
     from a snapshot whose tree is the source commit's, at the start and at the end
-    (:func:`prereg.gate.hermetic`), its recorded execution escapes neither the snapshot nor
+    (:func:`prereg.snapshot.tree_mismatch`), its recorded execution escapes neither the snapshot nor
     the installed packages (:func:`prereg.execution.recorded_problems`), and the execution
     condition judged again after the items ran found nothing (``execution_at_end``)."""
     env = (ev.manifest or {}).get("environment")
@@ -837,15 +840,9 @@ def check_execution(ev: Evidence) -> list[str]:
             "--research-stage=NAME` always records one)"
         )
     elif ev.source_tree is not None:
-        facts = gate.Facts(
-            stage=str((ev.manifest or {}).get("stage")),
-            record=ev.approval or {},
-            record_rel="",
-            snapshot_tree=str(snapshot.get("tree")),
-            source_tree=ev.source_tree,
-        )
-        for refusal in gate.hermetic(facts):
-            found.append(f"{MANIFEST}: environment.snapshot.tree: {refusal.message}")
+        why = snapshots.tree_mismatch(str(snapshot.get("tree")), ev.source_tree)
+        if why:
+            found.append(f"{MANIFEST}: environment.snapshot.tree: {why}")
         if snapshot.get("tree_at_end") != snapshot.get("tree"):
             found.append(
                 f"{MANIFEST}: environment.snapshot.tree_at_end: the snapshot the run executed "

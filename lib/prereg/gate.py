@@ -10,13 +10,18 @@ the conditions take facts, not a repository, they are tested without git.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from prereg import envlock, execution, gitrepo, ledger, provenance, registry
+import prereg
+from prereg import envlock, execution, gitrepo, ledger, provenance, registry, requirements
 from prereg import snapshot as snapshots
 from prereg.hashing import canonical_json, sha256_file
+from prereg.plans import load_plan, validate_stage
+from prereg.runs import has_started
+from prereg.stages import BUILT_IN_KINDS, PLAIN, load_kind
 
 
 @dataclass(frozen=True)
@@ -299,17 +304,12 @@ def stage_module(f: Facts) -> list[Refusal]:
 
 
 def hermetic(f: Facts) -> list[Refusal]:
-    if f.snapshot_tree is None or f.snapshot_tree == f.source_tree:
+    """A session's code runs from a snapshot whose tree is the approved commit's
+    (:func:`prereg.snapshot.tree_mismatch`)."""
+    if f.snapshot_tree is None:
         return []
-    return [
-        Refusal(
-            "hermetic",
-            f"the code of this run does not come from a snapshot of the approved commit: its "
-            f"folder's tree is {f.snapshot_tree}, the commit's tree is {f.source_tree}. Start "
-            "the run with `pytest --research-stage=NAME` in the checkout (it runs from a fresh "
-            "snapshot), and leave the snapshot folder alone while it runs",
-        )
-    ]
+    why = snapshots.tree_mismatch(f.snapshot_tree, f.source_tree)
+    return [Refusal("hermetic", why)] if why else []
 
 
 def regular_files(f: Facts) -> list[Refusal]:
@@ -410,8 +410,6 @@ class Gathered:
 
 def _unbound_kind(bound: dict, kind: str | None) -> list[str]:
     """The stage's kind, when an installed package provides it, must be bound by the approval."""
-    from prereg.stages import BUILT_IN_KINDS, PLAIN
-
     if not kind or kind in BUILT_IN_KINDS or kind == PLAIN.name:
         return []
     return registry.unbound_problems(bound, registry.STAGE_KINDS, kind)
@@ -426,18 +424,16 @@ def gather(
     run_id_asked: str | None = None,
     plugins: list[tuple[str, object]] | None = None,
     at_approval: bool = False,
+    approvals: Sequence = (),
     snapshot=None,
 ) -> Gathered:
     """Read every fact the conditions need from the checkout, git and this process.
 
-    ``snapshot`` (a :class:`prereg.snapshot.Snapshot`): this process's code runs from that
-    folder, not from the checkout; the plan, the baseline's files and the code are read
-    there, the approval, runs and git records in the checkout."""
-    from prereg import approval as approvals
-    from prereg.plans import load_plan, validate_stage
-    from prereg.runs import has_started
-    from prereg.stages import load_kind
-
+    ``approvals``: at approval, the checkout's approval records
+    (:func:`prereg.approval.list_approvals`), for the single-attempt and seed-namespace
+    conditions. ``snapshot`` (a :class:`prereg.snapshot.Snapshot`): this process's code runs
+    from that folder, not from the checkout; the plan, the baseline's files and the code are
+    read there, the approval, runs and git records in the checkout."""
     root = Path(root)
     record_rel = Path(record_path).relative_to(root).as_posix()
     head = gitrepo.head_commit(root)
@@ -466,16 +462,14 @@ def gather(
     anchor = record["source_anchor"]
     ancestor = gitrepo.commit_exists(root, anchor) and gitrepo.is_ancestor(root, anchor, head)
 
-    import prereg
-
     own = code / "lib" / "prereg"
     run_id = record["run_id"]
-    existing = approvals.list_approvals(root) if at_approval else []
     namespace = record.get("seed_namespace")
 
     problems: list[str] = []
     if at_approval or plan is not None:
-        problems = approvals.input_problems(record["inputs"]) + approvals.dependency_problems(
+        problems = requirements.input_problems(record["inputs"])
+        problems += requirements.dependency_problems(
             root, record["requires"], plan_sha256=record["plan"]["sha256"]
         )
         if plan is not None and not problems:
@@ -503,7 +497,7 @@ def gather(
         plan_sha256=plan_sha,
         plan_problem=plan_problem,
         baseline_sha256=sha256_file(baseline_file) if baseline_file.is_file() else None,
-        baseline_problems=tuple(approvals.baseline_problems(code)),
+        baseline_problems=tuple(requirements.baseline_problems(code)),
         dirty=dirty,
         history_problems=history,
         head=head,
@@ -516,11 +510,11 @@ def gather(
         single_attempt=bool(spec.get("single_attempt")),
         attempt_used_by=ledger.attempt_run_id(root, stage),
         other_approvals_of_stage=tuple(
-            a.run_id for a in existing if a.stage == stage and a.run_id != run_id
+            a.run_id for a in approvals if a.stage == stage and a.run_id != run_id
         ),
         namespace_clash=tuple(
             a.run_id
-            for a in existing
+            for a in approvals
             if namespace is not None and a.data["seed_namespace"] == namespace and a.stage != stage
         ),
         deviations_now=tuple(deviations_now),

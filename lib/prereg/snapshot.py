@@ -86,6 +86,21 @@ def irregular_entry(rel: str, mode: str, commit: str) -> str:
     )
 
 
+def tree_mismatch(folder_tree: str, commit_tree: str | None) -> str | None:
+    """Why code run from a folder whose tree (:func:`read_folder`) is ``folder_tree`` is not a
+    snapshot of the approved commit, whose tree is ``commit_tree``; None when the trees are
+    equal. The gate judges this before a run (:func:`prereg.gate.hermetic`), the audit again
+    from the manifest."""
+    if folder_tree == commit_tree:
+        return None
+    return (
+        f"the code of this run does not come from a snapshot of the approved commit: its "
+        f"folder's tree is {folder_tree}, the commit's tree is {commit_tree}. Start "
+        "the run with `pytest --research-stage=NAME` in the checkout (it runs from a fresh "
+        "snapshot), and leave the snapshot folder alone while it runs"
+    )
+
+
 def read_folder(folder: Path, algorithm: str = "sha1") -> tuple[str, dict[str, str]]:
     """The git tree id of ``folder`` as it is on disk, and the blob id of each regular file
     (relative posix path -> id). A file is 100755 when its owner may execute it, else

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from prereg import approval as approvals
-from prereg import hermetic, options, provenance
+from prereg import hermetic, options, provenance, requirements
 from prereg.hashing import sha256_file
 from prereg.plans import Plan, load_plan
 from prereg.runs import RehearsalLayout, RunLayout, new_rehearsal_name, valid_run_id
@@ -207,7 +207,7 @@ class InputChanged(RuntimeError):
 
 def verified_inputs(settings: Settings) -> dict[str, Path]:
     bound = settings.inputs or {}
-    problems = approvals.input_problems(bound)
+    problems = requirements.input_problems(bound)
     if problems:
         raise InputChanged(
             "; ".join(problems) + f"; the run {settings.run_id} cannot use it: restore the "

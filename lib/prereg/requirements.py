@@ -1,0 +1,99 @@
+"""What an approval binds that must still hold when its run starts: the immutable files
+of ``plans/BASELINE.json``, the bound inputs, and the required runs (present, unchanged,
+complete, of the approval's plan and stage, and auditing clean).
+
+The gate (:func:`prereg.gate.gather`) asks for these problems at ``prereg approve`` and
+before a research run; each problem names the file, input or run and what differs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prereg import gitrepo
+from prereg.audit import audit_run_cached
+from prereg.hashing import read_json, sha256_file
+from prereg.runs import COMPLETE, RunLayout, valid_run_id
+from prereg.schema import MapOf, validate
+
+BASELINE = Path("plans") / "BASELINE.json"
+
+
+def baseline_problems(root: Path) -> list[str]:
+    """Each immutable file of ``plans/BASELINE.json`` that is missing or hashes otherwise."""
+    path = Path(root) / BASELINE
+    if not path.exists():
+        return [f"{BASELINE} does not exist; it lists the immutable historical files"]
+    listed = read_json(path, what="baseline")
+    validate(listed, {"description": str, "files": MapOf(str)}, source=str(path))
+    problems = []
+    for rel, expected in sorted(listed["files"].items()):
+        target = Path(root) / rel
+        if not target.exists():
+            problems.append(f"{rel} is listed in {BASELINE} but missing")
+        elif sha256_file(target) != expected:
+            problems.append(
+                f"{rel} hashes {sha256_file(target)[:12]}, {BASELINE} says {expected[:12]}"
+            )
+    return problems
+
+
+def input_problems(record_inputs: dict) -> list[str]:
+    """Each bound input (the approval record's ``inputs``) that is missing or changed."""
+    problems = []
+    for name, bound in sorted(record_inputs.items()):
+        path = Path(bound["path"])
+        if bound["kind"] == "file":
+            if not path.is_file():
+                problems.append(f"input {name}: {path} is missing")
+            elif sha256_file(path) != bound["sha256"]:
+                problems.append(f"input {name}: {path} changed since approval")
+        elif not path.is_dir() or not gitrepo.commit_exists(path, bound["commit"]):
+            problems.append(f"input {name}: repository {path} lacks commit {bound['commit'][:12]}")
+    return problems
+
+
+def dependency_problems(root: Path, requires: dict, *, plan_sha256: str) -> list[str]:
+    """Each required run that is missing, changed, incomplete, of another plan or not clean."""
+    problems = []
+    for stage, bound in sorted(requires.items()):
+        if not valid_run_id(bound["run_id"]):
+            problems.append(f"required {stage} run {bound['run_id']!r} is not a run id")
+            continue
+        layout = RunLayout(root, bound["run_id"])
+        folder, manifest = layout.folder, layout.manifest
+        if not manifest.exists():
+            problems.append(f"required {stage} run {bound['run_id']} has no manifest")
+            continue
+        if sha256_file(manifest) != bound["manifest_sha256"]:
+            problems.append(
+                f"required {stage} run {bound['run_id']}: manifest changed since approval"
+            )
+            continue
+        try:
+            recorded = read_json(manifest, what="manifest")
+            status, plan_hash = recorded["status"], recorded["plan"]["sha256"]
+        except (ValueError, KeyError, TypeError) as err:
+            problems.append(f"required {stage} run {bound['run_id']}: unreadable manifest ({err})")
+            continue
+        if plan_hash != plan_sha256:
+            problems.append(
+                f"required {stage} run {bound['run_id']} ran under another plan (SHA-256 "
+                f"{str(plan_hash)[:12]}), not this approval's plan ({plan_sha256[:12]})"
+            )
+            continue
+        if recorded.get("stage") != stage:
+            problems.append(
+                f"required {stage} run {bound['run_id']} is a run of stage {recorded.get('stage')!r}"
+            )
+            continue
+        if status != COMPLETE:
+            problems.append(f"required {stage} run {bound['run_id']} is {status}, not complete")
+            continue
+        findings = audit_run_cached(root, folder)
+        if findings:
+            problems.append(
+                f"required {stage} run {bound['run_id']} does not audit clean: {findings[0]}"
+                + (f" (and {len(findings) - 1} more)" if len(findings) > 1 else "")
+            )
+    return problems
