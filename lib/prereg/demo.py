@@ -4,7 +4,8 @@ The committed HEAD is cloned into ``demo-output/<time>/repo``; there each stage 
 approved with its demo plan (``plans/demo/``), the approval committed, the stage run with
 pytest through the gate, and the run audited. The clone's own ``lib/`` is put first on
 ``PYTHONPATH`` so the code that runs is the code that was approved. The stages and their
-demo plans are :data:`prereg.demo_steps.STEPS` (a caller may pass others, as the pipeline
+demo plans are :data:`prereg.demo_steps.STEPS`, the ones the protocols declare
+(:data:`prereg.demo_steps.PROTOCOL_DEMOS`; a caller may pass others, as the pipeline
 checks do); this module imports them, never the other way round.
 """
 

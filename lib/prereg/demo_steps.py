@@ -1,21 +1,25 @@
 """The stages ``prereg demo`` runs, in order, with their demo plans and prepared inputs.
 
 :class:`DemoStep` and :data:`STEPS` live here; :mod:`prereg.demo` imports them (this module
-imports nothing of the demo runner).
+imports nothing of the demo runner). The steps are the protocols' own: each protocol
+module named in :data:`PROTOCOL_DEMOS` declares its ``DEMO_STEPS``, a sequence of the
+fields of a :class:`DemoStep` (mappings), and :data:`STEPS` is theirs in the table's order.
+The protocols are imported by name, as :data:`prereg.stages.BUILT_IN_KINDS` names their
+stage kinds, so the core imports none of their modules.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from prereg import gitrepo
-from prereg.e04.demo_inputs import DEMO_PLAN as E04_DEMO
-from prereg.e04.demo_inputs import prepare_e04_demo
-from prereg.runs import RunLayout
-
-RP002A_DEMO = "plans/demo/STATISTICAL_PIPELINE_PLAN.json"
+# ``module:attribute`` of each protocol's demo steps, in the order the demo runs them.
+PROTOCOL_DEMOS: tuple[str, ...] = (
+    "prereg.rp002a:DEMO_STEPS",
+    "prereg.e04.demo_inputs:DEMO_STEPS",
+)
 
 
 @dataclass(frozen=True)
@@ -29,26 +33,20 @@ class DemoStep:
     after: Callable[[Path, str], None] | None = None  # prints what the stage found
 
 
-def _show(name: str) -> object:
-    def show(clone: Path, run_id: str) -> None:
-        print((RunLayout(clone, run_id).summary_dir / name).read_text(encoding="utf-8"))
+def protocol_steps(table: tuple[str, ...] = PROTOCOL_DEMOS) -> list[DemoStep]:
+    """The demo steps the protocols named in ``table`` declare, in the table's order."""
+    steps = []
+    for target in table:
+        module, _, attribute = target.partition(":")
+        for fields in getattr(importlib.import_module(module), attribute):
+            try:
+                steps.append(DemoStep(**fields))
+            except TypeError as error:
+                raise TypeError(
+                    f"{target}: a demo step has fields {sorted(fields)}: {error}; give it the "
+                    "fields of prereg.demo_steps.DemoStep (stage, plan, workers, prepare, after)"
+                ) from None
+    return steps
 
-    return show
 
-
-def _commit_frozen_config(clone: Path, run_id: str) -> None:
-    """What the researcher does after stage 3: commit the derived configuration."""
-    print((clone / "plans" / "CONFIRMATORY_CONFIG.json").read_text(encoding="utf-8"))
-    gitrepo.git(clone, "add", "plans/CONFIRMATORY_CONFIG.json")
-    gitrepo.git(
-        clone, "commit", "-q", "-m", f"Freeze the confirmatory configuration derived by {run_id}"
-    )
-
-
-STEPS: list[DemoStep] = [
-    DemoStep(stage="calibration", plan=RP002A_DEMO, after=_show("SUMMARY.md")),
-    DemoStep(stage="target-variance", plan=RP002A_DEMO, after=_show("SUMMARY.md")),
-    DemoStep(stage="confirmatory-config", plan=RP002A_DEMO, workers=1, after=_commit_frozen_config),
-    DemoStep(stage="confirmatory", plan=RP002A_DEMO, after=_show("SUMMARY.md")),
-    DemoStep(stage="e04", plan=E04_DEMO, prepare=prepare_e04_demo, after=_show("SUMMARY.md")),
-]
+STEPS: list[DemoStep] = protocol_steps()

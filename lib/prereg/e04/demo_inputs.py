@@ -1,14 +1,15 @@
-"""Inputs of the E04 demo step: the project's synthetic Go repository, tasks and reformulations.
+"""The E04 demo step (:data:`DEMO_STEPS`) and its inputs: the synthetic Go repository, tasks
+and reformulations.
 
-Written into the demo output folder (beside the scratch clone, never inside it, so the
-clone stays clean for the gate). Everything is labelled synthetic.
+The inputs are written into the demo output folder (beside the scratch clone, never inside
+it, so the clone stays clean for the gate). Everything is labelled synthetic.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from prereg.api import numpy_generator, read_json
+from prereg.api import RunLayout, numpy_generator, read_json
 from prereg.e04.synthetic import make_synthetic_repository
 
 DEMO_PLAN = "plans/demo/E04_PLAN.json"
@@ -34,3 +35,15 @@ def prepare_e04_demo(out: Path) -> dict[str, Path]:
         "tasks": fixture.tasks_file,
         "reformulations": fixture.reformulations_file,
     }
+
+
+def show_summary(clone: Path, run_id: str) -> None:
+    """Print the run's ``summary/SUMMARY.md`` (what the stage found)."""
+    print((RunLayout(clone, run_id).summary_dir / "SUMMARY.md").read_text(encoding="utf-8"))
+
+
+# E04's stage in ``prereg demo`` (:data:`prereg.demo_steps.PROTOCOL_DEMOS` names it); each
+# entry: the fields of a prereg.demo_steps.DemoStep.
+DEMO_STEPS = (
+    {"stage": "e04", "plan": DEMO_PLAN, "prepare": prepare_e04_demo, "after": show_summary},
+)

@@ -16,7 +16,7 @@ from the saved rankings, regenerates the distractors, rebuilds every ranking fro
 bound vectors (BM25 from the repository) without reading the vector cache, re-embeds a
 sample when the pinned backend is available, and recomputes the summary. The gate refuses
 a vector cache that is not the pinned model's. The report section is
-:func:`prereg.report.e04.render_e04`.
+:func:`prereg.e04.report.render_e04`.
 
 This module is the top of the E04 modules: it assembles :data:`KIND` from them, and none
 of them imports it (plan <- inputs <- summary <- replay <- stage).
@@ -42,6 +42,7 @@ from prereg.e04.inputs import (
 )
 from prereg.e04.plan import Cell, E04Settings, grid, item_key, settings_of
 from prereg.e04.replay import replay_run
+from prereg.e04.report import render_e04
 from prereg.e04.summary import SUMMARY, SUMMARY_TEXT, summarise
 from prereg.e04.tasks import load_task_file
 
@@ -258,13 +259,6 @@ def probe_cache(path: Path, settings: E04Settings, backend, bound_inputs: dict) 
     ]
 
 
-def render(context) -> str:
-    """``StageKind.render``: the report section (:func:`prereg.report.e04.render_e04`)."""
-    from prereg.report.e04 import render_e04  # the report package imports matplotlib
-
-    return render_e04(context)
-
-
 KIND = StageKind(
     name="e04.robustness",
     settings=settings_of,
@@ -273,6 +267,6 @@ KIND = StageKind(
     gate_check=gate_check,
     summarise=summarise,
     replay=replay_run,
-    render=render,
+    render=render_e04,
     doc=__doc__ or "",
 )

@@ -1,5 +1,8 @@
 """Report plots: matplotlib's Agg canvas (no pyplot, no display), embedded as PNG data URIs.
 
+matplotlib is imported when a figure is made, not with this module (:mod:`prereg.api`
+exports it as ``plots``, and importing the API must stay light).
+
 Readable in print: every axis labelled with its unit, values written into heat-map cells,
 series told apart by marker and line style as well as colour, a colour map whose
 lightness is monotone (viridis) so grey-scale print keeps the order.
@@ -11,10 +14,12 @@ import base64
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", ":", "-.")
@@ -23,6 +28,9 @@ DPI = 100
 
 def new_figure(width: float, height: float) -> Figure:
     """A figure on its own Agg canvas (inches)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
     return figure

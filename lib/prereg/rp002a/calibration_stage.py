@@ -383,6 +383,6 @@ KIND = StageKind(
     item_key=item_key,
     summarise=summarise,
     replay=replay,
-    render=renderer("prereg.report.calibration:render_calibration"),
+    render=renderer("prereg.rp002a.report_calibration:render_calibration"),
     doc=__doc__ or "",
 )

@@ -209,6 +209,6 @@ KIND = StageKind(
     item_key=item_key,
     summarise=summarise,
     replay=replay,
-    render=renderer("prereg.report.rp002a:render_confirmatory_config"),
+    render=renderer("prereg.rp002a.report:render_confirmatory_config"),
     doc=__doc__ or "",
 )

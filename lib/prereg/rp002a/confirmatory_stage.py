@@ -212,6 +212,12 @@ def replay(view: RunView) -> list[str]:
     return findings
 
 
+def headline(context) -> str:
+    """Each contrast's decision, for the index of runs: ``C1: benefit; C2: ...``."""
+    rows = context.summary_json(DECISIONS)["contrasts"]
+    return "; ".join(f"{row['contrast']}: {row['decision']}" for row in rows)
+
+
 KIND = StageKind(
     name="rp002a.confirmatory",
     settings=parse_confirmatory,
@@ -219,6 +225,7 @@ KIND = StageKind(
     gate_check=gate_check,
     summarise=summarise,
     replay=replay,
-    render=renderer("prereg.report.rp002a:render_confirmatory"),
+    render=renderer("prereg.rp002a.report:render_confirmatory"),
+    headline=headline,
     doc=__doc__ or "",
 )

@@ -262,6 +262,6 @@ KIND = StageKind(
     item_key=unitlib.unit_key,
     summarise=summarise,
     replay=replay,
-    render=renderer("prereg.report.rp002a:render_target_variance"),
+    render=renderer("prereg.rp002a.report:render_target_variance"),
     doc=__doc__ or "",
 )

@@ -9,11 +9,9 @@ Reads the complete-stage summaries written by :mod:`prereg.rp002a.variance_stage
 
 from __future__ import annotations
 
-from prereg.hashing import read_json
-from prereg.report import html as h
-from prereg.report import plots
-from prereg.report.sections import SectionContext
-from prereg.runs import RunFolder
+from prereg.api import RunFolder, SectionContext, plots, read_json
+from prereg.api import html as h
+from prereg.rp002a.settings import parse_decision, plan_source
 
 VARIANCE_SUMMARY = "variance_summary.json"
 CONFIG = "CONFIRMATORY_CONFIG.json"
@@ -198,8 +196,6 @@ def render_target_variance(context: SectionContext) -> str:
 
 def _margin(context: SectionContext) -> float | None:
     """The decisions' margin from the plan at the run's commit (None if it does not parse)."""
-    from prereg.rp002a.settings import parse_decision, plan_source
-
     if not isinstance(context.plan, dict):
         return None
     try:

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from prereg.report import html as h
-from prereg.report import plots
-from prereg.report.sections import SectionContext
+from prereg.api import SectionContext, plots
+from prereg.api import html as h
 
 SUMMARY = "calibration_summary.json"
 TIMING = "benchmark_cpu.timing.json"

@@ -9,9 +9,8 @@ displacement and top-k gold retention by S002 dose.
 
 from __future__ import annotations
 
-from prereg.report import html as h
-from prereg.report import plots
-from prereg.report.sections import SectionContext
+from prereg.api import SectionContext, plots
+from prereg.api import html as h
 
 SUMMARY = "e04_summary.json"
 HIDDEN = ("FirstGoldObserved",)  # shown as the censored count instead
