@@ -112,8 +112,8 @@ APPROVED_RUN = "toy-20261130-001"
 
 def copy_project(source: Path, target: Path):
     """A private copy of a scratch project: its tree, git records and runs
-    (:class:`prereg.testing.ToyRepo`)."""
-    from prereg.testing import ToyRepo
+    (:class:`support.toy.ToyRepo`)."""
+    from support.toy import ToyRepo
 
     shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns("audits"))
     return ToyRepo(target)
@@ -121,9 +121,9 @@ def copy_project(source: Path, target: Path):
 
 @pytest.fixture(scope="session")
 def approved_toy_template(tmp_path_factory):
-    """The toy project of :func:`prereg.testing.make_toy_repo` with run APPROVED_RUN of its
+    """The toy project of :func:`support.toy.make_toy_repo` with run APPROVED_RUN of its
     stage approved and the record committed; read-only: checks use :func:`approved_toy`."""
-    from prereg.testing import make_toy_repo
+    from support.toy import make_toy_repo
 
     toy = make_toy_repo(tmp_path_factory.mktemp("approved-toy") / "toy")
     toy.approve("toy", APPROVED_RUN)
@@ -140,10 +140,10 @@ def approved_toy(approved_toy_template, tmp_path):
 
 @pytest.fixture(scope="session")
 def tiny_pipeline(tmp_path_factory) -> Path:
-    """Every RP002A stage, end to end, on the tiny plan (prereg.rp002a.scratch); the runs'
+    """Every RP002A stage, end to end, on the tiny plan (support.rp002a_clone); the runs'
     repository. Shared by the pipeline and report checks, which only read it (or restore
     what they change)."""
-    from prereg.rp002a.scratch import run_pipeline, scratch_clone, steps, tiny_plan
+    from support.rp002a_clone import run_pipeline, scratch_clone, steps, tiny_plan
 
     clone = scratch_clone(tmp_path_factory.mktemp("rp002a"), tiny_plan())
     return run_pipeline(

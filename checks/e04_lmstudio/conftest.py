@@ -1,6 +1,6 @@
 """Fixtures for the LM Studio double checks: a double on a free loopback port and a real
 ``lmstudio.Client`` connected to it, both stopped after the test. The constants and helpers
-the checks share are in :mod:`prereg.e04.testing`."""
+the checks share are in :mod:`support.e04_doubles`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from prereg.e04.embeddings import lmstudio_client
 from prereg.e04.lmstudio_double import LMStudioDouble
-from prereg.e04.testing import DIMENSION
+from support.e04_doubles import DIMENSION
 
 
 @pytest.fixture

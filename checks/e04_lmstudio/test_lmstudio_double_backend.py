@@ -17,7 +17,7 @@ from prereg.e04.backends import build_backend
 from prereg.e04.cache import VectorCache, embed_with_cache_report, text_sha256
 from prereg.e04.embeddings import EmbeddingOutputError, LMStudioResidencyError
 from prereg.e04.lmstudio_double import LMStudioDouble, double_embedding
-from prereg.e04.testing import (
+from support.e04_doubles import (
     CONTEXT_LENGTH,
     DIMENSION,
     KEY,

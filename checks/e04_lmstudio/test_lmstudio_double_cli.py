@@ -19,14 +19,7 @@ import numpy as np
 from prereg.e04.backends import build_backend
 from prereg.e04.embeddings import LMStudioResidencyError, lmstudio_client
 from prereg.e04.lmstudio_double import RESIDENCY_ENDPOINTS, double_embedding
-from prereg.e04.testing import (
-    CONTEXT_LENGTH,
-    DIMENSION,
-    KEY,
-    LLM_KEY,
-    STOP_SECONDS,
-    stop_double,
-)
+from support.e04_doubles import CONTEXT_LENGTH, DIMENSION, KEY, LLM_KEY, STOP_SECONDS, stop_double
 
 MODULE = "prereg.e04.lmstudio_double"
 READY_SECONDS = 60

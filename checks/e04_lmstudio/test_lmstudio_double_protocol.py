@@ -12,7 +12,7 @@ import lmstudio
 from httpx_ws import WebSocketUpgradeError, connect_ws
 
 from prereg.e04.lmstudio_double import DoubleError, LMStudioDouble, double_embedding
-from prereg.e04.testing import CONTEXT_LENGTH, DIMENSION, KEY, LLM_KEY, OTHER_KEY
+from support.e04_doubles import CONTEXT_LENGTH, DIMENSION, KEY, LLM_KEY, OTHER_KEY
 
 WAIT_SECONDS = 30
 

@@ -14,8 +14,8 @@ import subprocess
 import sys
 
 from prereg.e04.lmstudio_double import RESIDENCY_ENDPOINTS
-from prereg.e04.scratch import check_plan, make_fixture, make_project
-from prereg.e04.testing import KEY, stop_double
+from support.e04_doubles import KEY, stop_double
+from support.e04_project import check_plan, make_fixture, make_project
 
 RUN_ID = "e04-20260101-001"
 READY_SECONDS = 60

@@ -19,7 +19,8 @@ from prereg.e04.cache import (
     embed_with_cache_report,
     text_sha256,
 )
-from prereg.e04.testing import HashingBackend
+from support.checkout import CHECKS
+from support.e04_doubles import HashingBackend
 
 
 def open_cache(path: Path, atol: float = 0.0) -> VectorCache:
@@ -139,7 +140,8 @@ def test_two_processes_write_overlapping_keys_at_once(tmp_path: Path) -> None:
     worker = textwrap.dedent(
         f"""
         import sys, time, pathlib
-        from prereg.e04.testing import HashingBackend
+        sys.path.insert(0, {str(CHECKS)!r})
+        from support.e04_doubles import HashingBackend
         from prereg.e04.cache import VectorCache, embed_with_cache
         offset = int(sys.argv[1])
         texts = [f"func F{{i}}() int {{{{ return {{i}} }}}}" for i in range(offset, offset + 300)]

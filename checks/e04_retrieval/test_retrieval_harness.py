@@ -22,10 +22,10 @@ from prereg.e04.harness import (
     query_for,
     reciprocal_rank_fusion,
 )
-from prereg.e04.testing import HashingBackend
 from prereg.e04.tokenize import TOKENIZER_VERSION
 from prereg.e04.types import GoFunction, Task
-from prereg.testing import fake_distribution
+from support.distributions import fake_distribution
+from support.e04_doubles import HashingBackend
 
 H000 = {
     "kind": "bm25",

@@ -19,7 +19,8 @@ from prereg.e04.embeddings import (
     identity_sha256,
     lmstudio_client,
 )
-from prereg.e04.testing import FakeLMStudio
+from support.checkout import CHECKS
+from support.e04_doubles import FakeLMStudio
 
 KEY = "text-embedding-nomic-embed-text-v1.5"
 SHA = "ab" * 32
@@ -156,7 +157,8 @@ def test_the_lmstudio_path_never_imports_torch(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import sys
-        from prereg.e04.testing import FakeLMStudio
+        sys.path.insert(0, {str(CHECKS)!r})
+        from support.e04_doubles import FakeLMStudio
         from prereg.e04.cache import VectorCache
         from prereg.e04.embeddings import LMStudioBackend
         from prereg.e04.harness import default_registry

@@ -1,4 +1,4 @@
-"""The E04 project fixtures (the scratch project itself is :mod:`prereg.e04.scratch`)."""
+"""The E04 project fixtures (the scratch project itself is :mod:`support.e04_project`)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from prereg.e04.scratch import E04Project, check_plan, make_fixture, make_project
 from prereg.e04.synthetic import SyntheticFixture
+from support.e04_project import E04Project, check_plan, make_fixture, make_project
 
 
 @pytest.fixture(scope="session")

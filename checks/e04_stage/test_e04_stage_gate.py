@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from prereg.e04.scratch import check_plan
 from prereg.e04.stage import gate_check
 from prereg.plans import Plan
+from support.e04_project import check_plan
 
 pytestmark = pytest.mark.software
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from prereg.approval import ApprovalError
-from prereg.e04.scratch import CODE_REVISION, check_plan
 from prereg.e04.stage import check_inputs
 from prereg.plans import Plan
+from support.e04_project import CODE_REVISION, check_plan
 
 PROJECT = Path(__file__).resolve().parents[2]
 

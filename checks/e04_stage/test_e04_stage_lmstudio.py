@@ -7,13 +7,16 @@ import sys
 import textwrap
 from pathlib import Path
 
+from support.checkout import CHECKS
+
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE.parents[1]
 
 CELL_WITH_LMSTUDIO = """
 import sys
-from prereg.e04.testing import FakeLMStudio
-from prereg.e04.scratch import check_plan, make_fixture
+sys.path.insert(0, {checks!r})
+from support.e04_doubles import FakeLMStudio
+from support.e04_project import check_plan, make_fixture
 from pathlib import Path
 from prereg.e04 import stage as e04
 from prereg.e04.backends import build_backend
@@ -66,7 +69,7 @@ def _python(code: str) -> str:
 
 
 def test_an_e04_cell_on_the_lmstudio_backend_never_imports_torch(tmp_path):
-    code = CELL_WITH_LMSTUDIO.format(tmp=str(tmp_path))
+    code = CELL_WITH_LMSTUDIO.format(tmp=str(tmp_path), checks=str(CHECKS))
     torch_loaded, calls = _python(textwrap.dedent(code))
     assert torch_loaded == "False" and int(calls) > 0
 

@@ -19,13 +19,14 @@ from prereg.e04.reformulations import (
     reformulation_problems,
     reformulations_from_json,
 )
-from prereg.e04.scratch import PROJECT, check_plan, make_fixture, make_project
 from prereg.e04.tasks import (
     TaskFileError,
     dump_task_file,
     parse_task_document,
     task_document_problems,
 )
+from support.checkout import CHECKOUT
+from support.e04_project import check_plan, make_fixture, make_project
 
 pytestmark = pytest.mark.software
 
@@ -191,7 +192,7 @@ def test_synthetic_true_is_refused_by_a_research_plan_in_both_files(project, tmp
     refs = json.loads(project.fixture.reformulations_file.read_text())
     assert tasks["synthetic"] is True and refs["synthetic"] is True  # the stand-in fixture
     plan = check_plan()
-    demo = json.loads((PROJECT / "plans" / "demo" / "E04_PLAN.json").read_text())
+    demo = json.loads((CHECKOUT / "plans" / "demo" / "E04_PLAN.json").read_text())
     params = plan["stages"]["e04"]["parameters"]
     params["embedding"] = demo["stages"]["e04"]["parameters"]["embedding"]  # a real model
     params["allow_synthetic"] = False

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from prereg.audit import audit_run_cached
-from prereg.e04.scratch import check_plan, make_fixture, make_project
+from support.e04_project import check_plan, make_fixture, make_project
 
 pytestmark = pytest.mark.software
 

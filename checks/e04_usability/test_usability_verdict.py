@@ -12,7 +12,7 @@ import pytest
 
 from prereg import verdicts
 from prereg.audit import audit_run_cached
-from prereg.testing import make_toy_repo
+from support.toy import make_toy_repo
 
 pytestmark = pytest.mark.software
 

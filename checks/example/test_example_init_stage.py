@@ -191,6 +191,24 @@ def test_a_cell_whose_seed_cannot_be_derived_is_refused_by_the_check_and_approve
     assert rehearsed.returncode != 0 and why in rehearsed.stdout + rehearsed.stderr
 
 
+def test_a_stage_module_no_run_would_collect_fails_the_projects_check(scaffolded, tmp_path):
+    """The plan's module moved outside prereg_research_paths: the project's software check
+    says so as prereg approve would, before anything is spent."""
+    root = tmp_path / "study"
+    shutil.copytree(scaffolded[0].root, root, symlinks=True)
+    project = _project(root)
+    (root / "scripts").mkdir()
+    (root / LAYOUT.module).rename(root / "scripts" / Path(LAYOUT.module).name)
+    plan_file = root / LAYOUT.plan
+    plan = json.loads(plan_file.read_text())
+    plan["stages"][STAGE]["module"] = f"scripts/{Path(LAYOUT.module).name}"
+    plan_file.write_text(json.dumps(plan, indent=2))
+    project.commit("Keep the stage module under scripts/")
+    checked = project.pytest("-m", "software", "checks/test_project.py")
+    why = "is not under pytest.ini's prereg_research_paths ['experiments']"
+    assert checked.returncode == 1 and why in checked.stdout, checked.stdout + checked.stderr
+
+
 def test_in_an_existing_project_it_adds_the_stages_files_and_one_ini_line(tmp_path):
     root = tmp_path / "study"
     scaffold.init_project(root)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from prereg import envlock, gate, registry
-from prereg.testing import fake_distribution
+from support.distributions import fake_distribution
 
 pytestmark = pytest.mark.software
 

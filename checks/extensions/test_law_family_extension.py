@@ -20,10 +20,12 @@ from pathlib import Path
 import pytest
 
 from prereg import execution, registry
-from prereg.rp002a import laws, scratch
+from prereg.rp002a import laws
 from prereg.rp002a.laws import HIDDEN_MARKOV_ERASURE, LawError, LawRegistry, law_registry
 from prereg.runs import RunLayout
-from prereg.testing import ScratchProject, fake_distribution
+from prereg.testing import ScratchProject
+from support import rp002a_clone
+from support.distributions import fake_distribution
 
 pytestmark = pytest.mark.software
 
@@ -186,16 +188,16 @@ def _dataset_law(item_dir: Path) -> dict:
 @pytest.mark.slow  # a scratch clone's research run collects the whole repository (~30 s)
 def test_a_research_run_uses_the_installed_family(tmp_path):
     dist = _installed_example()
-    plan = scratch.tiny_plan()
+    plan = rp002a_clone.tiny_plan()
     plan["parameters"]["worlds"]["E1"] = dict(STICKY_E1)
     plan["stages"]["target-variance"]["parameters"]["replicates"] = 2
-    root = scratch.scratch_clone(tmp_path, plan)
+    root = rp002a_clone.scratch_clone(tmp_path, plan)
     project = ScratchProject(root)
     env = {"PYTHONPATH": str(root / "lib")}
     run_id = "target-variance-20261201-001"
     project.run(
         sys.executable, "-m", "prereg.cli", "approve", "--stage", "target-variance",
-        "--run-id", run_id, "--plan", scratch.TINY, "--accept-deviations", check=True, env=env,
+        "--run-id", run_id, "--plan", rp002a_clone.TINY, "--accept-deviations", check=True, env=env,
     )  # fmt: skip
     project.git("add", "plans/approvals")
     project.git("commit", "-q", "-m", f"Approve {run_id}")

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from prereg import stages
-from prereg.testing import make_toy_repo, stage_spec
+from support.toy import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from prereg.testing import ToyRepo, make_toy_repo
+from support.toy import ToyRepo, make_toy_repo
 
 
 @pytest.fixture

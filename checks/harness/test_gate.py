@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from prereg.testing import make_toy_repo, stage_spec
+from support.toy import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from prereg.testing import ToyRepo, make_toy_repo, stage_spec
+from support.toy import ToyRepo, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 

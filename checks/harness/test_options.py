@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import prereg
 from prereg import options
-from prereg.testing import make_toy_repo
+from support.toy import make_toy_repo
 
 pytestmark = pytest.mark.software
 

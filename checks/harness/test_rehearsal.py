@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from prereg import runs
-from prereg.testing import ToyRepo, make_toy_repo, stage_spec
+from support.toy import ToyRepo, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 

@@ -60,7 +60,7 @@ def test_ambiguous_coordinates_are_refused(bad):
 
 
 def _plan(tmp_path, mutate):
-    from prereg.testing import PINS, stage_spec
+    from support.toy import PINS, stage_spec
 
     plan = {
         "plan_id": "p",

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from prereg.cli import CLOSED_PIPE_EXIT
 from prereg.report.model import RunRecord, outcome_summary
-from prereg.testing import make_toy_repo, stage_spec, terminal_signals
+from prereg.testing import terminal_signals
+from support.toy import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 

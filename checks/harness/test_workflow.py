@@ -23,7 +23,8 @@ from prereg.approval import (
 from prereg.gate import Refusal
 from prereg.runs import RUN_ID_PATTERN, STAGE_NAME
 from prereg.status import COMMITTED, EDITED, NOT_COMMITTED, commit_state, project_status, render
-from prereg.testing import ScratchProject, ToyRepo, make_toy_repo, stage_spec
+from prereg.testing import ScratchProject
+from support.toy import ToyRepo, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from prereg import ledger
 from prereg.hashing import sha256_file, write_json
 from prereg.records import COMPLETE_FIELDS, MANIFEST_FIELDS
-from prereg.testing import ToyRepo, make_toy_repo, stage_spec
+from support.toy import ToyRepo, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 
@@ -431,8 +431,8 @@ def test_a_manifest_that_is_not_json_is_a_finding_not_a_traceback(honest, tmp_pa
             "manifest.json: missing field environment.extensions.prereg.stage_kinds.mine.entry_point",
         ),
         (
-            lambda m: m["environment"].update(extensions={"prereg.gadgets": {}}),
-            "environment.extensions names 'prereg.gadgets', not an extension group",
+            lambda m: m["environment"].update(extensions={"console_scripts": {}}),
+            "environment.extensions names 'console_scripts', not an extension-point group",
         ),
     ],
 )

@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 
 from prereg import ledger, manifest
 from prereg.runs import INCOMPLETE, ITEM_LOG, MANIFEST
-from prereg.testing import ToyRepo, make_toy_repo, stage_spec, terminal_signals
+from prereg.testing import terminal_signals
+from support.toy import ToyRepo, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 

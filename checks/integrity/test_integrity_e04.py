@@ -29,10 +29,10 @@ from prereg.e04.embeddings import canonical_identity_json, identity_sha256
 from prereg.e04.reformulations import load_reformulations
 from prereg.e04.replay import replay_run
 from prereg.e04.runvectors import VECTOR_KEYS_FILE, VECTORS_FILE, RunVectors
-from prereg.e04.scratch import CODE_REVISION, E04Project, check_plan, make_fixture, make_project
 from prereg.e04.tasks import load_task_file
 from prereg.plans import load_plan
 from prereg.stages import RunView
+from support.e04_project import CODE_REVISION, E04Project, check_plan, make_fixture, make_project
 
 pytestmark = pytest.mark.software
 

@@ -32,7 +32,7 @@ from prereg.hashing import (
 )
 from prereg.manifest import build_manifest, hash_item_folders, irregular_reason
 from prereg.runs import RunIdError, RunLayout, check_run_id, require_run_id, valid_run_id
-from prereg.testing import EXPERIMENT, ToyRepo, make_toy_repo, stage_spec
+from support.toy import EXPERIMENT, ToyRepo, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 

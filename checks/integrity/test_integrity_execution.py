@@ -23,7 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prereg import execution, stages
-from prereg.testing import fake_distribution, make_toy_repo
+from support.distributions import fake_distribution
+from support.toy import make_toy_repo
 
 pytestmark = pytest.mark.software
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from prereg import execution
-from prereg.testing import checkout_with_metadata
+from support.distributions import checkout_with_metadata
 
 pytestmark = pytest.mark.software
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from prereg import gate, ledger
 from prereg.hashing import canonical_json, sha256_file
 from prereg.runs import RunFolder, RunIdError, RunLayout, item_dir_name, run_dir, valid_run_id
-from prereg.testing import make_toy_repo, stage_spec
+from support.toy import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 

@@ -443,7 +443,7 @@ def test_object_ids_are_git_s(tmp_path):
 def test_a_replace_ref_is_refused_at_the_gate_and_found_by_the_audit(tmp_path):
     """``git replace`` over the approval commit: refused before spending (git-history); a
     replace ref made after a complete run is a finding of its audit."""
-    from prereg.testing import make_toy_repo
+    from support.toy import make_toy_repo
 
     toy = make_toy_repo(tmp_path / "toy")
     toy.approve("toy", RUN)

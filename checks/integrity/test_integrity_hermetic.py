@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from prereg import gitrepo, hermetic, ledger
 from prereg import snapshot as snapshots
-from prereg.testing import make_toy_repo, stage_spec, terminal_signals
+from prereg.testing import terminal_signals
+from support.toy import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 

@@ -22,7 +22,7 @@ from prereg.approval import load_approval
 from prereg.hashing import canonical_json, parse_json, read_json
 from prereg.plans import load_plan, validate_stage
 from prereg.schema import Range, SchemaError, validate
-from prereg.testing import PINS, make_toy_repo, stage_spec
+from support.toy import PINS, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from prereg import execution
-from prereg.testing import ScratchProject, checkout_with_metadata
+from prereg.testing import ScratchProject
+from support.distributions import checkout_with_metadata
 
 pytestmark = pytest.mark.software
 

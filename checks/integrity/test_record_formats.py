@@ -21,7 +21,7 @@ from prereg.gate import Refusal
 from prereg.runtime import items as item_side
 from prereg.runtime import rehearsal
 from prereg.schema import validate
-from prereg.testing import ToyRepo, make_toy_repo
+from support.toy import ToyRepo, make_toy_repo
 
 pytestmark = pytest.mark.software
 

@@ -30,8 +30,6 @@ PUBLIC = {"api"}
 PROTOCOLS = {"rp002a", "e04"}
 # What the protocols may import of prereg besides prereg.api: RP002A's statistics.
 PROTOCOL_SIDE = {"stats"}
-DEMO_IMPORTS_E04 = "prereg.demo_steps -> prereg.e04.demo_inputs"
-E04_RENDERER = "prereg.e04.stage -> prereg.report.e04"
 
 
 def _lint_imports() -> str:
@@ -76,7 +74,8 @@ def _section(contract: str) -> str:
 
 
 def _lines(parser: configparser.ConfigParser, contract: str, key: str) -> list[str]:
-    return [line.strip() for line in parser[_section(contract)][key].splitlines() if line.strip()]
+    value = parser[_section(contract)].get(key, "")
+    return [line.strip() for line in value.splitlines() if line.strip()]
 
 
 def _set_lines(parser, contract: str, key: str, lines: list[str]) -> None:
@@ -208,35 +207,25 @@ BREAKS = {
         _add("example-uses-public-api", "forbidden_modules", "prereg.api"),
         "prereg_paired_models.settings -> prereg.api",
     ),
-    "demo-imports-e04": (
+    "core-imports-a-forbidden-module": (
         "core-without-protocols",
-        _drop("core-without-protocols", "ignore_imports", DEMO_IMPORTS_E04),
-        DEMO_IMPORTS_E04,
+        _add("core-without-protocols", "forbidden_modules", "prereg.runs"),
+        "prereg.demo -> prereg.runs",
     ),
-    "rp002a-reaches-e04": (
+    "protocols-share-a-module": (
         "protocols-independent",
-        _drop("protocols-independent", "ignore_imports", DEMO_IMPORTS_E04),
-        "prereg.rp002a.scratch -> prereg.demo_steps",
-    ),
-    "e04-imports-its-renderer": (
-        "protocols-use-public-api",
-        _drop("protocols-use-public-api", "ignore_imports", E04_RENDERER),
-        E04_RENDERER,
+        _add("protocols-independent", "modules", "prereg.api"),
+        "prereg.e04.stage -> prereg.api",
     ),
     "protocol-imports-api": (
         "protocols-use-public-api",
         _add("protocols-use-public-api", "forbidden_modules", "prereg.api"),
         "prereg.e04.stage -> prereg.api",
     ),
-    "cycle-execution-stages": (
+    "audit-above-requirements": (
         "layers",
-        _drop("layers", "ignore_imports", "prereg.execution -> prereg.stages"),
-        "prereg.execution -> prereg.stages",
-    ),
-    "audit-below-approval": (
-        "layers",
-        _swap_layers("approval", "audit"),
-        "prereg.approval -> prereg.audit",
+        _swap_layers("requirements", "audit"),
+        "prereg.requirements -> prereg.audit",
     ),
     "module-in-no-layer": (
         "layers",

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from prereg.rp002a import scratch
-from prereg.testing import ScratchProject, SocketHost, clone_host, start_socket_host
+from prereg.testing import ScratchProject
+from support import rp002a_clone
+from support.hosts import SocketHost, clone_host, start_socket_host
 
 pytestmark = pytest.mark.software
 
@@ -32,14 +33,14 @@ def test_a_pipeline_stage_over_two_socket_hosts_equals_the_serial_run(tmp_path, 
     reason = SocketHost.unavailable()
     if reason:
         pytest.skip(reason)
-    root = scratch.scratch_clone(tmp_path / "controller", scratch.tiny_plan())
+    root = rp002a_clone.scratch_clone(tmp_path / "controller", rp002a_clone.tiny_plan())
     project = ScratchProject(root)
     env = {"PYTHONPATH": str(root / "lib")}
 
     def approve(run_id: str) -> None:
         project.run(
             sys.executable, "-m", "prereg.cli", "approve", "--stage", stage, "--run-id", run_id,
-            "--plan", scratch.TINY, "--accept-deviations", check=True, env=env,
+            "--plan", rp002a_clone.TINY, "--accept-deviations", check=True, env=env,
         )  # fmt: skip
         project.git("add", "plans/approvals")
         project.git("commit", "-q", "-m", f"Approve {run_id}")

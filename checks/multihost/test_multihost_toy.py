@@ -21,14 +21,8 @@ import pytest
 
 from prereg import remote
 from prereg import snapshot as snapshots
-from prereg.testing import (
-    SocketHost,
-    ToyRepo,
-    clone_host,
-    make_toy_repo,
-    stage_spec,
-    start_socket_host,
-)
+from support.hosts import SocketHost, clone_host, start_socket_host
+from support.toy import ToyRepo, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 

@@ -10,14 +10,7 @@ import pytest
 
 from prereg import ledger
 from prereg.hashing import sha256_file, write_json
-from prereg.rp002a.scratch import (
-    prereg,
-    rename_tests,
-    run_pipeline,
-    scratch_clone,
-    steps,
-    tiny_plan,
-)
+from support.rp002a_clone import prereg, rename_tests, run_pipeline, scratch_clone, steps, tiny_plan
 
 pytestmark = [pytest.mark.software, pytest.mark.slow]
 

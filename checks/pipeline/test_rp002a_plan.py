@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from prereg.plans import load_plan, validate_stage
-from prereg.rp002a.scratch import REPO
+from support.checkout import CHECKOUT
 
 pytestmark = pytest.mark.software
 
@@ -17,7 +17,7 @@ PLANS = ["plans/STATISTICAL_PIPELINE_PLAN.json", "plans/demo/STATISTICAL_PIPELIN
 
 @pytest.mark.parametrize("path", PLANS)
 def test_every_stage_of_the_plan_validates(path):
-    plan = load_plan(REPO / path)
+    plan = load_plan(CHECKOUT / path)
     for stage in plan.stages:
         validate_stage(plan, stage)
 
@@ -26,7 +26,7 @@ def test_the_plan_records_the_exact_ideal_figures_it_is_tested_against():
     from prereg.rp002a.ideal import ideal_loss_figures
     from prereg.rp002a.laws import law_registry
 
-    plan = load_plan(REPO / PLANS[0]).data["parameters"]
+    plan = load_plan(CHECKOUT / PLANS[0]).data["parameters"]
     registry = law_registry()
     for world, figures in plan["ideal_figures"].items():
         if world == "averaging":
@@ -43,7 +43,7 @@ def test_the_plan_records_the_exact_ideal_figures_it_is_tested_against():
 
 
 def test_a_confirmatory_namespace_shared_with_another_stage_is_refused(tmp_path):
-    data = json.loads((REPO / PLANS[0]).read_text())
+    data = json.loads((CHECKOUT / PLANS[0]).read_text())
     data["stages"]["confirmatory"]["seed_namespace"] = data["stages"]["target-variance"][
         "seed_namespace"
     ]
@@ -57,7 +57,7 @@ def test_the_planning_rule_reads_df_alpha_and_family_size_from_their_one_home(tm
     """df follows the target-variance replicates; alpha and family size are the decisions'."""
     from prereg.rp002a.config_stage import sd_bound
 
-    data = json.loads((REPO / PLANS[0]).read_text())
+    data = json.loads((CHECKOUT / PLANS[0]).read_text())
     data["stages"]["target-variance"]["parameters"]["replicates"] = 6
     data["parameters"]["decision"]["familywise_alpha"] = 0.01
     assert sd_bound(data) == {

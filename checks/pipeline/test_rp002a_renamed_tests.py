@@ -16,7 +16,8 @@ import pytest
 
 from prereg.plans import load_plan
 from prereg.rp002a import calibration_stage, units
-from prereg.rp002a.scratch import (
+from prereg.stages import RunView, load_kind
+from support.rp002a_clone import (
     TINY,
     prereg,
     rename_tests,
@@ -25,7 +26,6 @@ from prereg.rp002a.scratch import (
     steps,
     tiny_plan,
 )
-from prereg.stages import RunView, load_kind
 
 pytestmark = pytest.mark.software
 

@@ -2,8 +2,8 @@
 
 E04: the E04 checks' throw-away project (token-hash backend, two synthetic tasks).
 RP002A stages 2-4: the pipeline checks' tiny plan run end to end through the demo path
-(slow: about a minute on two cores). Both use the scratch projects of prereg.e04.scratch and
-prereg.rp002a.scratch.
+(slow: about a minute on two cores). Both use the scratch projects of support.e04_project and
+support.rp002a_clone.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from browser_probe import CHROMIUM_PATH, check_in_browser
 
-from prereg.e04 import scratch as e04_scratch
-from prereg.report import load_run, render_report
-from prereg.rp002a import scratch as rp002a_scratch  # noqa: F401 - tiny_pipeline needs it
+from prereg.report import every_run, index_rows, load_run, render_report
+from support import (
+    e04_project,
+    rp002a_clone,  # noqa: F401 - tiny_pipeline needs it
+)
 
 pytestmark = pytest.mark.software
 
@@ -32,8 +34,8 @@ def _browser(page: Path, tmp_path: Path, capsys) -> None:
 @pytest.fixture(scope="module")
 def e04_run(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("e04report")
-    project = e04_scratch.make_project(
-        base / "project", e04_scratch.make_fixture(base / "fixture"), e04_scratch.check_plan()
+    project = e04_project.make_project(
+        base / "project", e04_project.make_fixture(base / "fixture"), e04_project.check_plan()
     )
     project.approve("e04-20261130-001")
     done = project.pytest("--research-stage=e04")
@@ -115,3 +117,15 @@ def test_target_variance_and_config_reports(rp002a_runs, tmp_path, capsys):
     path = tmp_path / "target-variance.html"
     path.write_text(page, encoding="utf-8")
     _browser(path, tmp_path, capsys)
+
+
+@pytest.mark.slow
+def test_the_index_shows_the_confirmatory_runs_decisions_as_its_result(rp002a_runs):
+    root = rp002a_runs.parent
+    rows = {r["stage"]: r for r in index_rows(root, every_run(root), audit="none")}
+    _, run = _page(rp002a_runs, "confirmatory")
+    contrasts = json.loads((run / "summary" / "decisions.json").read_text())["contrasts"]
+    assert rows["confirmatory"]["headline"] == "; ".join(
+        f"{c['contrast']}: {c['decision']}" for c in contrasts
+    )
+    assert rows["calibration"]["headline"] is None  # a kind without a headline

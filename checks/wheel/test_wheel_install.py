@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from prereg.testing import EXPERIMENT, PINS, fake_distribution, stage_spec
+from support.distributions import fake_distribution
+from support.toy import EXPERIMENT, PINS, stage_spec
 
 pytestmark = [pytest.mark.software, pytest.mark.slow]
 

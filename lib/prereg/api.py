@@ -77,6 +77,7 @@ from prereg.kind_tools import (
 )
 from prereg.plans import Plan, load_plan, validate_stage
 from prereg.provenance import PeakScope
+from prereg.registry import ExtensionPoint
 from prereg.report import html, plots
 from prereg.report.sections import SectionContext
 from prereg.runs import RunFolder, RunLayout
@@ -113,6 +114,7 @@ __all__ = [
     "ANY",
     "ApprovalError",
     "BudgetExceeded",
+    "ExtensionPoint",
     "Finite",
     "ItemContext",
     "MapOf",

@@ -14,9 +14,10 @@ What it writes (nothing else, and never over an existing file):
 ``plans/approvals/``, ``experiments/``
     empty folders (a ``.gitkeep`` each, so git keeps them).
 ``checks/test_project.py``
-    a software check: every plan in pytest.ini loads and validates (its stage kinds are
-    installed, their settings parse, each stage's module exists), seed namespaces are not
-    shared, and the baseline holds. ``pytest -m software`` passes at once.
+    a software check: every plan in pytest.ini loads and validates as ``prereg approve``
+    judges it (its stage kinds load, their settings parse, their item grids can be seeded,
+    each stage's module is where a run collects it), seed namespaces are not shared, and
+    the baseline holds. ``pytest -m software`` passes at once.
 ``.gitignore``
     ``runs/`` (run folders live outside git; their records are git refs), caches, venvs.
 
@@ -91,7 +92,7 @@ holds."""
 from pathlib import Path
 
 import pytest
-from prereg.approval import baseline_problems
+from prereg.approval import baseline_problems, stage_module_problem
 from prereg.plans import load_plan, validate_stage
 
 pytestmark = pytest.mark.software
@@ -103,9 +104,10 @@ def test_every_plan_in_pytest_ini_loads_and_validates(pytestconfig):
     for rel in pytestconfig.getini("prereg_plans"):
         plan = load_plan(root / rel)
         for stage, spec in plan.stages.items():
-            validate_stage(plan, stage)  # the stage kind loads and its settings parse
-            module = spec["module"]
-            assert (root / module).is_file(), f"{rel}: stage {stage}: no {module}"
+            # the kind loads, its settings parse, its grid can be seeded:
+            validate_stage(plan, stage)
+            problem = stage_module_problem(root, Path(rel), stage, spec["module"])
+            assert problem is None, problem  # as prereg approve judges it
             namespace = spec["seed_namespace"]
             if namespace is not None:
                 assert namespace not in namespaces, (
@@ -358,8 +360,8 @@ def build_summary(settings: Settings, results: Mapping[str, dict]) -> dict:
 KIND = api.StageKind(
     name="$kind",
     settings=api.settings_parser(Settings),
-    # The grid and each cell's seed: `prereg approve` refuses an empty grid or a seed that
-    # cannot be derived, before a run id is spent.
+    # The grid and each cell's seed: `prereg approve` refuses an empty grid or a
+    # seed that cannot be derived, before a run id is spent.
     cells=cells,
     seed_coords=seed_coords,
     item_key=item_key,

@@ -1,5 +1,5 @@
 """Stand-ins for testing code that uses E04 harnesses and embedding backends without a model
-or a running LM Studio (importable without pytest; the E04 checks use them).
+or a running LM Studio (the E04 checks use them).
 
 ``HashingBackend`` is a deterministic, torch-free embedding backend: a bag of hashed tokens
 (it records its calls). ``FakeLMStudio`` behaves like ``lmstudio.Client`` for the calls the

@@ -1,11 +1,10 @@
 """A throw-away E04 project for checks: the real E04 experiment module in a scratch git
 repository, driven by real subprocesses (:class:`prereg.testing.ScratchProject`).
 
-The project copies ``experiments/test_e04.py`` and the demo plan of this checkout (with
-the torch-free ``token-hash`` backend and two tasks, so a stage runs in seconds) into a
-temporary git repository; the synthetic fixture (repository, tasks, reformulations)
-lives beside it. Importable without pytest; used by checks/e04_stage and
-checks/integrity.
+The project copies ``experiments/test_e04.py`` and the demo plan of the checkout
+(:data:`support.checkout.CHECKOUT`; with the torch-free ``token-hash`` backend and two
+tasks, so a stage runs in seconds) into a temporary git repository; the synthetic fixture
+(repository, tasks, reformulations) lives beside it.
 """
 
 from __future__ import annotations
@@ -25,8 +24,8 @@ from prereg.e04.synthetic import SyntheticFixture, make_synthetic_repository
 from prereg.runs import refusals_dir
 from prereg.seeds import numpy_generator
 from prereg.testing import ScratchProject
+from support.checkout import CHECKOUT
 
-PROJECT = Path(__file__).resolve().parents[3]
 CODE_REVISION = "1a7066f6c7682793b6f04445c776a93cc4fac895"  # the fixture's E02 revision
 TASKS = 2
 CHECK_DIMENSION = 32  # token-hash buckets of the check plan (no model, no preregistered value)
@@ -35,7 +34,7 @@ CACHE = "cache/e04-vectors.sqlite"
 
 def check_plan(tasks: int = TASKS) -> dict:
     """The demo plan with the token-hash backend and ``tasks`` tasks (plan id of its own)."""
-    plan = json.loads((PROJECT / "plans" / "demo" / "E04_PLAN.json").read_text())
+    plan = json.loads((CHECKOUT / "plans" / "demo" / "E04_PLAN.json").read_text())
     plan = copy.deepcopy(plan)
     plan["plan_id"] = "e04-robustness-1.0-check"
     stage = plan["stages"]["e04"]
@@ -122,7 +121,7 @@ class E04Project(ScratchProject):
 def make_project(root: Path, fixture: SyntheticFixture, plan: dict) -> E04Project:
     project = E04Project(root, fixture)
     project.init(plans=["plans/E04_PLAN.json"], ignore=("cache/",))
-    shutil.copy(PROJECT / "experiments" / "test_e04.py", root / "experiments" / "test_e04.py")
+    shutil.copy(CHECKOUT / "experiments" / "test_e04.py", root / "experiments" / "test_e04.py")
     (root / "plans" / "E04_PLAN.json").write_text(json.dumps(plan, indent=2) + "\n")
     project.git("add", "-A")
     project.git("commit", "-q", "-m", "E04 check project")
