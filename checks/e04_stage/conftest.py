@@ -1,4 +1,5 @@
-"""The E04 project fixtures (the scratch project itself is :mod:`support.e04_project`)."""
+"""The E04 project fixtures (the scratch project itself is :mod:`support.e04_project`; the
+synthetic fixture they use is the session's shared ``e04_fixture`` of checks/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,7 @@ from pathlib import Path
 import pytest
 
 from prereg.e04.synthetic import SyntheticFixture
-from support.e04_project import E04Project, check_plan, make_fixture, make_project
-
-
-@pytest.fixture(scope="session")
-def e04_fixture(tmp_path_factory: pytest.TempPathFactory) -> SyntheticFixture:
-    return make_fixture(tmp_path_factory.mktemp("e04fixture") / "fixture")
+from support.e04_project import E04Project, check_plan, make_project
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ CELL_WITH_LMSTUDIO = """
 import sys
 sys.path.insert(0, {checks!r})
 from support.e04_doubles import FakeLMStudio
-from support.e04_project import check_plan, make_fixture
+from support.e04_project import check_plan
 from pathlib import Path
 from prereg.e04 import stage as e04
 from prereg.e04.backends import build_backend
@@ -35,13 +35,12 @@ params["embedding"]["identity"] = {{
 }}
 params["embedding"]["lmstudio"] = {{"api_host": None, "models_dir": None}}
 settings = settings_from_parameters(params)
-fixture = make_fixture(Path({tmp!r}) / "fixture")
-inputs = {{"repository": fixture.repository, "tasks": fixture.tasks_file,
-          "reformulations": fixture.reformulations_file}}
+inputs = {{"repository": Path({repository!r}), "tasks": Path({tasks!r}),
+          "reformulations": Path({reformulations!r})}}
 loaded = e04.load_inputs(settings, inputs)
 client = FakeLMStudio({{"emb-1": ("embedding", KEY)}}, dimension=16, context_length=512)
 backend = build_backend(dict(settings.embedding), lmstudio_client=lambda: client)
-workspace = Workspace(CorpusStore(fixture.repository), backend, e04.open_cache(Path({tmp!r}), settings))
+workspace = Workspace(CorpusStore(inputs["repository"]), backend, e04.open_cache(Path({tmp!r}), settings))
 task = loaded.task_file.tasks[0]
 for harness in ("H008", "H010"):
     out = compute_cell(Cell(task.task_id, harness, 2, 10), task, settings, workspace,
@@ -68,8 +67,14 @@ def _python(code: str) -> str:
     return done.stdout.split()
 
 
-def test_an_e04_cell_on_the_lmstudio_backend_never_imports_torch(tmp_path):
-    code = CELL_WITH_LMSTUDIO.format(tmp=str(tmp_path), checks=str(CHECKS))
+def test_an_e04_cell_on_the_lmstudio_backend_never_imports_torch(tmp_path, e04_fixture):
+    code = CELL_WITH_LMSTUDIO.format(
+        tmp=str(tmp_path),
+        checks=str(CHECKS),
+        repository=str(e04_fixture.repository),
+        tasks=str(e04_fixture.tasks_file),
+        reformulations=str(e04_fixture.reformulations_file),
+    )
     torch_loaded, calls = _python(textwrap.dedent(code))
     assert torch_loaded == "False" and int(calls) > 0
 

@@ -26,7 +26,7 @@ from prereg.e04.tasks import (
     task_document_problems,
 )
 from support.checkout import CHECKOUT
-from support.e04_project import check_plan, make_fixture, make_project
+from support.e04_project import check_plan, make_project
 
 pytestmark = pytest.mark.software
 
@@ -93,9 +93,8 @@ def test_a_reformulation_artifact_with_several_problems_names_all_of_them():
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    fixture = make_fixture(tmp_path_factory.mktemp("fixture") / "fixture")
-    return make_project(tmp_path_factory.mktemp("project") / "p", fixture, check_plan())
+def project(tmp_path_factory, e04_fixture):
+    return make_project(tmp_path_factory.mktemp("project") / "p", e04_fixture, check_plan())
 
 
 def _broken_inputs(project, tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from prereg.audit import audit_run_cached
-from support.e04_project import check_plan, make_fixture, make_project
+from support.e04_project import check_plan, make_project
 
 pytestmark = pytest.mark.software
 
@@ -52,9 +52,8 @@ def _watch(project, run_id: str, *args: str) -> tuple[subprocess.CompletedProces
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    fixture = make_fixture(tmp_path_factory.mktemp("fixture") / "fixture")
-    project = make_project(tmp_path_factory.mktemp("project") / "p", fixture, check_plan())
+def runs(tmp_path_factory, e04_fixture):
+    project = make_project(tmp_path_factory.mktemp("project") / "p", e04_fixture, check_plan())
     project.approve(SERIAL)
     serial = _watch(project, SERIAL)
     assert serial[0].returncode == 0, serial[0].stdout

@@ -32,7 +32,7 @@ from prereg.e04.runvectors import VECTOR_KEYS_FILE, VECTORS_FILE, RunVectors
 from prereg.e04.tasks import load_task_file
 from prereg.plans import load_plan
 from prereg.stages import RunView
-from support.e04_project import CODE_REVISION, E04Project, check_plan, make_fixture, make_project
+from support.e04_project import CODE_REVISION, E04Project, check_plan, make_project
 
 pytestmark = pytest.mark.software
 
@@ -43,14 +43,9 @@ def _key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def fixture(tmp_path_factory):
-    return make_fixture(tmp_path_factory.mktemp("e04integrity") / "fixture")
-
-
 @pytest.fixture
-def project(tmp_path, fixture) -> E04Project:
-    return make_project(tmp_path / "p", fixture, check_plan())
+def project(tmp_path, e04_fixture) -> E04Project:
+    return make_project(tmp_path / "p", e04_fixture, check_plan())
 
 
 def _honest_run(project: E04Project, run_id: str = HONEST) -> None:

@@ -25,11 +25,6 @@ NEXT = "toy-20261130-002"
 USAGE_ERROR = 4
 
 
-@pytest.fixture
-def toy(tmp_path: Path):
-    return make_toy_repo(tmp_path / "toy")
-
-
 def refused(toy, done, condition: str, *phrases: str) -> None:
     text = done.stdout + done.stderr
     assert done.returncode == USAGE_ERROR, text

@@ -1,8 +1,10 @@
-"""The pieces behind the pinned-stack check: the run comparison, the extras' collection rule,
-and install.sh's refusals. Fast; no pinned venv needed."""
+"""The pieces behind the pinned-stack check: the run comparison, the extras' collection rule
+(and its module map, read from pyproject.toml's extras), and install.sh's refusals. Fast; no
+pinned venv needed."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import math
@@ -97,6 +99,75 @@ def test_only_an_absent_optional_module_keeps_a_check_module_out(tmp_path, monke
     installed.write_text("import numpy\n")  # an extra's module that is installed is collected
     monkeypatch.setitem(rules.OPTIONAL_MODULES, "numpy", "training")
     assert rules.imports_missing_extra(installed) is None
+
+
+def test_the_extras_are_read_from_pyproject_with_normalised_names(tmp_path):
+    rules = _checks_conftest()
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        "[project.optional-dependencies]\n"
+        'training = ["Torch_Nightly.Build>=2", "ninja"]\n'
+        'e04 = [\n  "faiss-cpu>=1.15.1",  # a comment\n'
+        "  \"tree-sitter-go>=0.25; python_version >= '3.10'\",\n]\n"
+        'dev = ["ruff"]\n'
+    )
+    assert rules.extra_distributions(pyproject) == {
+        "training": ["torch-nightly-build", "ninja"],
+        "e04": ["faiss-cpu", "tree-sitter-go"],
+    }
+    assert [rules.import_name(d) for d in ("torch-nightly-build", "faiss-cpu")] == [
+        "torch_nightly_build",
+        "faiss",
+    ]
+
+
+def test_the_optional_modules_are_those_of_the_checkouts_extras():
+    rules = _checks_conftest()
+    assert rules.OPTIONAL_MODULES == {
+        rules.import_name(distribution): extra
+        for extra, distributions in rules.extra_distributions().items()
+        for distribution in distributions
+    }
+    assert rules.OPTIONAL_MODULES["torch"] == "training"
+    assert rules.OPTIONAL_MODULES["faiss"] == "e04"
+
+
+def _top_level_modules(distribution: importlib.metadata.Distribution) -> set[str]:
+    """The top-level modules and packages an installed distribution's RECORD lists."""
+    names = set()
+    for file in distribution.files or []:
+        top = file.parts[0]
+        if top in ("..", "__pycache__") or top.endswith((".dist-info", ".libs", ".data")):
+            continue
+        if len(file.parts) > 1:
+            names.add(top)
+        elif top.endswith((".py", ".so", ".pyd")):
+            names.add(top.split(".")[0])
+    return names
+
+
+EXTRA_DISTRIBUTIONS = [
+    (extra, distribution)
+    for extra, distributions in _checks_conftest().extra_distributions().items()
+    for distribution in distributions
+]
+
+
+@pytest.mark.parametrize(("extra", "distribution"), EXTRA_DISTRIBUTIONS)
+def test_every_distribution_of_an_optional_extra_maps_to_a_module_it_installs(extra, distribution):
+    rules = _checks_conftest()
+    module = rules.import_name(distribution)
+    assert rules.OPTIONAL_MODULES[module] == extra
+    try:
+        installed = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"{distribution} of the extra {extra} is not installed here")
+    provided = _top_level_modules(installed)
+    assert module in provided, (
+        f"pyproject.toml's extra {extra!r} lists {distribution!r}, which installs the "
+        f"top-level modules {sorted(provided)}, not {module!r}: add {distribution!r}: "
+        "'<its module>' to IMPORT_NAMES in checks/conftest.py"
+    )
 
 
 def test_install_sh_refuses_a_venv_of_another_python_and_an_unknown_option(tmp_path):

@@ -32,11 +32,9 @@ def _browser(page: Path, tmp_path: Path, capsys) -> None:
 
 
 @pytest.fixture(scope="module")
-def e04_run(tmp_path_factory) -> Path:
+def e04_run(tmp_path_factory, e04_fixture) -> Path:
     base = tmp_path_factory.mktemp("e04report")
-    project = e04_project.make_project(
-        base / "project", e04_project.make_fixture(base / "fixture"), e04_project.check_plan()
-    )
+    project = e04_project.make_project(base / "project", e04_fixture, e04_project.check_plan())
     project.approve("e04-20261130-001")
     done = project.pytest("--research-stage=e04")
     assert done.returncode == 0, done.stdout + done.stderr
