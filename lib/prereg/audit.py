@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
-from prereg import envlock, execution, gitrepo, ledger
+from prereg import envlock, execution, gitrepo, ledger, verdicts
 from prereg import snapshot as snapshots
 from prereg.hashing import (
     FolderListing,
@@ -42,6 +42,7 @@ from prereg.hashing import (
     sha256_file,
 )
 from prereg.manifest import describe
+from prereg.plans import PLAN_SCHEMA, Plan
 from prereg.records import (
     APPROVAL_SCHEMA,
     CLEAN,
@@ -66,6 +67,7 @@ from prereg.records import (
     approval_record,
 )
 from prereg.records import MANIFEST_FORMAT as FORMAT
+from prereg.registry import STAGE_KINDS, group_problem
 from prereg.runs import (
     APPROVAL_COPY,
     COMPLETE,
@@ -83,6 +85,7 @@ from prereg.runs import (
     valid_run_id,
 )
 from prereg.schema import MapOf, SchemaError, validate
+from prereg.stages import RunView, load_kind
 
 EXIT_CODES = {CLEAN: 0, FINDINGS: 1, COULD_NOT_AUDIT: 3}
 # The item outcomes junit.xml records too (a testcase passed, failed, errored or was skipped).
@@ -722,8 +725,6 @@ def check_files(ev: Evidence) -> list[str]:
 
 def _extension_form(value: Any) -> tuple[bool, list[str]]:
     """Whether ``environment.extensions`` fits its schema, and the findings of its form."""
-    from prereg.registry import group_problem
-
     found: list[str] = []
     where = "environment.extensions"
     if not _fits(value, MapOf(MapOf(EXTENSION_ORIGIN)), MANIFEST, where, found):
@@ -801,8 +802,6 @@ def check_unbound_kind(ev: Evidence) -> list[str]:
     """The run's stage kind, when the run loaded it from an installed package, is one the
     approval binds (an approval whose ``extensions`` field was removed by hand binds none,
     and any installed version of the kind could have run)."""
-    from prereg.registry import STAGE_KINDS
-
     ran = (recorded_extensions(ev) or {}).get(STAGE_KINDS) or {}
     bound = (ev.approval or {}).get("extensions")
     bound = bound.get(STAGE_KINDS) if isinstance(bound, dict) else None
@@ -1396,7 +1395,6 @@ def replay_stage(ev: Evidence, *, records_agree: bool) -> Replay:
     plan = ev.plan
     if plan is None:
         return Replay(False, "not replayed: the plan could not be read at the run's commit")
-    from prereg.stages import RunView, load_kind
 
     try:
         kind = load_kind(plan.stage(m["stage"])["kind"])
@@ -1530,8 +1528,6 @@ def audit_run(root: Path, run_dir: Path, *, replay: bool = True) -> AuditResult:
 
 def _plan_from_bytes(root: Path, rel: str, data: bytes):
     """The plan as it was at the run's commit (the working copy may have moved on)."""
-    from prereg.plans import PLAN_SCHEMA, Plan
-
     source = f"{rel} (at the run's commit)"
     value = parse_json(data, what="plan", source=source)
     validate(value, PLAN_SCHEMA, source=source)
@@ -1547,8 +1543,6 @@ def audit_run_cached(root: Path, run_dir: Path) -> AuditResult:
     stored verdict was not used (stale: manifest or code changed), and the new verdict
     is stored.
     """
-    from prereg import verdicts
-
     run_dir = Path(run_dir)
     record = verdicts.load(root, run_dir)
     stale = verdicts.staleness(record, run_dir)

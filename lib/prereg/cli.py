@@ -14,6 +14,7 @@ from prereg import gitrepo
 
 def _root() -> Path:
     """The checkout; its code folders go on sys.path (a stage kind may live there)."""
+    # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.stages import use_project_code
 
     try:
@@ -25,6 +26,7 @@ def _root() -> Path:
 
 
 def _pairs(values: list[str], option: str) -> dict[str, str]:
+    # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.options import name_value_pairs
 
     try:
@@ -34,6 +36,7 @@ def _pairs(values: list[str], option: str) -> dict[str, str]:
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
+    # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.approval import (
         ApprovalError,
         bound_run_warnings,
@@ -95,6 +98,7 @@ exit codes:
 
 def cmd_validate_inputs(args: argparse.Namespace) -> int:
     """``prereg validate-inputs``: every problem of the inputs a stage would bind."""
+    # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.plans import load_plan
     from prereg.schema import SchemaError
     from prereg.stages import load_kind
@@ -145,6 +149,7 @@ def _tool(root: Path, name: str) -> str:
 
 
 def _default_plan(root: Path, stage: str) -> Path:
+    # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.plans import load_plan
     from prereg.stages import ini_list
 
@@ -170,6 +175,7 @@ while both still match, and say it was stale when not (the replay then runs agai
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.audit import COULD_NOT_AUDIT, audit_run, describe_extensions
     from prereg.stages import use_project_code
 
@@ -209,6 +215,7 @@ def _store_verdict(root: Path, run_dir: Path, result) -> str | None:
 
     A ``--no-replay`` audit does not replace a stored verdict that still matches.
     """
+    # loaded by the command that uses it, so `prereg --help` stays light
     from prereg import verdicts
 
     if not result.replayed and verdicts.staleness(verdicts.load(root, run_dir), run_dir) is None:
@@ -229,6 +236,7 @@ def _store_verdict(root: Path, run_dir: Path, result) -> str | None:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.report import every_run, index_rows
 
     root = _root()
@@ -257,6 +265,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def _print_rehearsals(root: Path) -> None:
     """The rehearsals, apart from the runs: none of them is a run."""
+    # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.runs import REHEARSAL_NOTE, all_rehearsals, rehearsals_dir
 
     found = all_rehearsals(root)
@@ -275,6 +284,7 @@ def _print_rehearsals(root: Path) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     """``prereg status``: per stage, unspent approvals, next free run id, latest complete run,
     and which run consumed which."""
+    # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.status import project_status, render
 
     status = project_status(_root())
@@ -287,6 +297,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.report import every_run, index_rows, write_index, write_report
     from prereg.report.model import ReportInputError
 
@@ -310,6 +321,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _run_root(path: Path) -> Path:
     """The repository holding a run folder (a report of another checkout's runs works)."""
+    # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.stages import use_project_code
 
     try:
@@ -321,12 +333,14 @@ def _run_root(path: Path) -> Path:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.demo import run_demo
 
     return run_demo(_root(), keep=args.keep)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.scaffold import InitRefused, init_project, init_stage, next_steps, stage_next_steps
 
     folder = Path(args.folder).resolve()

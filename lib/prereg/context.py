@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prereg import seeds
+from prereg.stages import load_kind
 
 
 class BudgetExceeded(RuntimeError):
@@ -70,8 +71,6 @@ class ItemContext:
     @functools.cached_property
     def settings(self) -> object:
         """The stage kind's typed settings of this stage, parsed once per item."""
-        from prereg.stages import load_kind
-
         kind = load_kind(self.plan["stages"][self.stage]["kind"])
         if kind.settings is None:
             raise TypeError(f"stage kind {kind.name!r} defines no settings")

@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from prereg import gitrepo
 from prereg.hashing import sha256_file
 from prereg.hermetic import PASSED_VARIABLES, foreign_variables
 
@@ -106,8 +107,6 @@ def _under(path: str, folder: str) -> bool:
 
 
 def _git_blob(path: str, algorithm: str) -> str:
-    from prereg import gitrepo
-
     return gitrepo.object_id("blob", Path(path).read_bytes(), algorithm)
 
 
@@ -232,8 +231,6 @@ class Checkout:
 
     @classmethod
     def read(cls, folder: str | os.PathLike, *, strict: bool) -> Checkout | None:
-        from prereg import gitrepo
-
         def git(*args: str) -> str | None:
             done = gitrepo.run(os.fspath(folder), *args, check=False)
             return done.stdout.decode("utf-8", "surrogateescape") if done.returncode == 0 else None
@@ -291,8 +288,6 @@ class Checkout:
         return out
 
     def head(self) -> str | None:
-        from prereg import gitrepo
-
         return gitrepo.resolve(Path(self.top), "HEAD")
 
 

@@ -31,6 +31,7 @@ import signal
 import sys
 from pathlib import Path
 
+import prereg
 from prereg import provenance, snapshot
 
 # The internal option naming the checkout a session writes its run into. Typed by hand in a
@@ -129,8 +130,6 @@ def command(
     typed, ``addopts`` the launcher's ``PYTEST_ADDOPTS`` (put before them, as pytest reads
     it), ``plugins`` the ``-p`` arguments. The launcher's ``PYTHONPATH`` entries inside the
     checkout (the gate refuses any other) become the same folders of the snapshot."""
-    import prereg
-
     package = Path(prereg.__file__).resolve().parent
     source = Path(source or checkout).resolve()
     try:

@@ -34,11 +34,15 @@ def main():
     if session and os.environ.get("PREREG_SIGTERM_HANDOFF") == "1":  # hermetic.SIGTERM_HANDOFF
         signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
+        # pytest: only once sys.path is fixed above (this file's folder, which Python 3.9 puts
+        # first, holds modules named like others')
         import pytest
 
         code = pytest.main(args)
     finally:
         if session:
+            # prereg: only after the session, from the snapshot's sys.path (nothing of prereg loads
+            # before pytest)
             from prereg import snapshot
 
             if os.path.basename(os.getcwd()).startswith(snapshot.PREFIX):

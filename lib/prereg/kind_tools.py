@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Callable
@@ -29,8 +30,10 @@ from typing import Any, Callable
 import numpy as np
 
 from prereg import arrays, seeds
+from prereg.context import ItemContext
 from prereg.hashing import read_json, write_json
 from prereg.report import html
+from prereg.stages import RunView
 
 JSON_SCALARS = (str, int, float, bool, type(None))
 
@@ -233,7 +236,6 @@ def compare_folders(label: str, recorded: Path, replayed: Path, *, rtol: float =
 def _rerun_view(view: Any, folder: Path) -> Any:
     """``view`` with its items and summary in ``folder``; its approval and required runs
     stay the run's."""
-    from prereg.stages import RunView
 
     @dataclasses.dataclass(frozen=True)
     class RerunView(RunView):
@@ -267,9 +269,6 @@ def rerun_replay(
     ``research.outputs``. The rerun context has the plan, settings, seeds and required
     runs of the run; it has no bound ``inputs`` (a kind whose items read inputs compares
     with :func:`replay_outputs` in a replay of its own)."""
-    import tempfile
-
-    from prereg.context import ItemContext
 
     def replay(view: Any) -> list[str]:
         settings = view.settings
@@ -446,6 +445,7 @@ def torch_seeded(source: Any, *coords: object) -> Iterator[int]:
     derivation for a ``DataLoader``; otherwise compare with a relative tolerance.
     """
     try:
+        # torch: the training extra, optional
         import torch
     except ImportError as error:
         raise ModuleNotFoundError(

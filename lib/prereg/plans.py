@@ -25,6 +25,7 @@ from prereg.schema import (
     SchemaError,
     validate,
 )
+from prereg.stages import load_kind
 
 ENVIRONMENT_PINS = {
     "python": str,
@@ -112,6 +113,4 @@ def load_plan(path: Path) -> Plan:
 
 def validate_stage(plan: Plan, stage: str) -> None:
     """The stage's kind validates its parameters (an unknown kind is an error too)."""
-    from prereg.stages import load_kind
-
     load_kind(plan.stage(stage)["kind"]).check(plan, stage)

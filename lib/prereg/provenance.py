@@ -106,6 +106,7 @@ def set_thread_environment(threads: int) -> None:
 
 def apply_thread_limits(threads: int) -> dict:
     """Limit BLAS/OpenMP (threadpoolctl) and torch in this process; return what is in force."""
+    # threadpoolctl: only when a process limits its threads (import prereg.api does not load it)
     from threadpoolctl import threadpool_info, threadpool_limits
 
     threadpool_limits(threads)

@@ -59,9 +59,11 @@ import sys
 import tempfile
 from pathlib import Path, PurePosixPath
 
+import prereg
 from prereg import execution, gate, gitrepo, hermetic, provenance
 from prereg import snapshot as snapshots
 from prereg.hashing import read_json
+from prereg.stages import kind_origin, load_kind
 
 # Bytes of one output file carried by one user property (base64 adds a third).
 CHUNK_BYTES = 1 << 20
@@ -127,8 +129,6 @@ def spec_text(spec: object) -> str:
 
 def package_files() -> dict[str, str]:
     """SHA-256 of every Python file of the imported ``prereg`` package, by relative path."""
-    import prereg
-
     top = Path(prereg.__file__).resolve().parent
     return {
         p.relative_to(top).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -139,8 +139,6 @@ def package_files() -> dict[str, str]:
 
 def kind_file(kind: str) -> dict:
     """Where stage kind ``kind`` comes from here, and the SHA-256 of that file."""
-    from prereg.stages import kind_origin, load_kind
-
     load_kind(kind)
     origin = dict(kind_origin(kind))
     path = origin.get("file")
@@ -152,8 +150,6 @@ def kind_file(kind: str) -> dict:
 
 def describe() -> dict:
     """This interpreter's host, folder, Python, pinned packages and thread variables."""
-    import prereg
-
     return {
         "host": socket.gethostname(),
         "checkout": os.getcwd(),
@@ -385,6 +381,7 @@ def discard(folder: Path | None) -> None:
 
 def serve(hostport: str) -> None:
     """execnet's socket server, serving one connection (one run's worker) and exiting."""
+    # execnet: only in a remote worker's socket server (import prereg.plugin does not load it)
     from execnet.gateway_base import get_execmodel
     from execnet.script import socketserver
 

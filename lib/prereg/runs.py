@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from prereg import records
+from prereg import gitrepo, ledger, records
 from prereg.hashing import read_json
 
 # ASCII only, the whole string: ``[0-9]`` (``\d`` also matches digits such as '٣') and
@@ -255,8 +255,6 @@ NOTHING_SPENT = "this refusal spent no run id"
 def refusal_note(root: Path, run_id: str | None) -> str:
     """What a refusal says of its run id: refusing spends none, and a run id an earlier run
     spent (git records its start, or ``runs/<run-id>/start.json`` exists) stays spent."""
-    from prereg import gitrepo, ledger
-
     if not valid_run_id(run_id):
         return NOTHING_SPENT
     try:

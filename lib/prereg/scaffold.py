@@ -48,8 +48,12 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from string import Template
+
+from prereg.provenance import pinned_environment
+from prereg.runs import STAGE_NAME
 
 PYTEST_INI = """\
 [pytest]
@@ -519,8 +523,6 @@ NOT_INSTALLED = "not installed"
 def machine_pins() -> dict:
     """This machine's environment in the fields a plan pins; a package that is not installed
     is pinned as ``"not installed"`` (approving here then names it as a deviation)."""
-    from prereg.provenance import pinned_environment
-
     return {k: NOT_INSTALLED if v is None else v for k, v in pinned_environment().items()}
 
 
@@ -555,8 +557,6 @@ def plan_text(layout: StageLayout, pins: dict) -> str:
 
 def check_stage_name(stage: str) -> None:
     """Refuse a stage name outside prereg's rule, or whose package would be a keyword."""
-    from prereg.runs import STAGE_NAME
-
     if not re.fullmatch(STAGE_NAME, stage):
         raise InitRefused(
             f"stage name {stage!r} does not match prereg's stage-name rule {STAGE_NAME} "
@@ -730,8 +730,6 @@ def init_stage(folder: Path, stage: str) -> StageInit:
 
 def stage_next_steps(done: StageInit) -> str:
     """What ``prereg init --stage`` wrote, and the commands from here to an audited run."""
-    from datetime import datetime, timezone
-
     tools = Path(sys.executable).parent
     pytest, prereg = tools / "pytest", tools / "prereg"
     layout, stage = done.layout, done.layout.stage

@@ -63,6 +63,7 @@ def torch_generator(namespace: str, *coords: object):
     torch is imported here, not at module level, so that stages without torch
     (E04 with the LM Studio backend) never import it.
     """
+    # torch: the training extra, optional
     import torch
 
     generator = torch.Generator(device="cpu")

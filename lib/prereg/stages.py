@@ -313,6 +313,8 @@ def ini_list(root: Path, key: str) -> list[str]:
     """The values of ``key`` in the ``[pytest]`` section of the project's pytest.ini (a
     list, as pytest reads ``prereg_plans``, ``prereg_research_paths`` and ``pythonpath``
     outside pytest); none when the file or the key is missing."""
+    # configparser: only when pytest.ini is read outside pytest (import prereg.api does not
+    # load it)
     import configparser
 
     ini = configparser.ConfigParser()

@@ -103,6 +103,7 @@ def paired_from_rankings(
     candidate_limit: int,
 ) -> dict:
     """The paired outcomes of two saved rankings (as ``cells.paired_record`` writes them)."""
+    # prereg.e04.cells needs tree_sitter (the e04 extra, optional); the analysis does not
     from prereg.e04.cells import paired_record
 
     return paired_record(

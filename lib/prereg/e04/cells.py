@@ -33,6 +33,7 @@ TokenCoverage@B exactly.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -95,8 +96,6 @@ class CorpusStore:
 
 def build_key(spec: LexicalSpec) -> str:
     """What determines a built index besides the corpus: the spec without its query source."""
-    import json
-
     entry = spec.to_plan()
     del entry["query_source"]
     return json.dumps(entry, sort_keys=True)

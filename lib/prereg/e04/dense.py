@@ -51,6 +51,7 @@ class DenseFileIndex:
     """
 
     def __init__(self, vectors: np.ndarray, chunk_paths: Sequence[str]) -> None:
+        # faiss: the e04 extra, optional
         import faiss
 
         array = _unit_rows(vectors, "vectors")

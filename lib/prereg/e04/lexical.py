@@ -100,6 +100,7 @@ class BM25Index:
     """
 
     def __init__(self, documents: Mapping[str, Sequence[str]], parameters: BM25Parameters) -> None:
+        # bm25s: the e04 extra, optional
         import bm25s
 
         if not isinstance(parameters, BM25Parameters):

@@ -392,6 +392,7 @@ class LMStudioDouble:
         )
 
     def _instance_info(self, instance: Instance) -> dict[str, Any]:
+        # lmstudio: the e04 extra, optional
         from lmstudio._sdk_models import EmbeddingModelInstanceInfo, LlmInstanceInfo
 
         common = {
@@ -410,6 +411,7 @@ class LMStudioDouble:
         return EmbeddingModelInstanceInfo(**common).to_dict()
 
     def _downloaded_info(self) -> list[dict[str, Any]]:
+        # lmstudio: the e04 extra, optional
         from lmstudio._sdk_models import EmbeddingModelInfo, LlmInfo
 
         with self._lock:
@@ -432,6 +434,7 @@ class LMStudioDouble:
         return records
 
     def _resolve(self, namespace: str, specifier: Any) -> Instance:
+        # lmstudio: the e04 extra, optional
         from lmstudio._sdk_models import ModelSpecifierInstanceReference
 
         with self._lock:
@@ -503,6 +506,7 @@ class LMStudioDouble:
 
     def _answer(self, namespace: str, message: Any) -> list[dict[str, Any]]:
         """Replies to one authenticated client message (recorded first)."""
+        # lmstudio: the e04 extra, optional
         from lmstudio._sdk_models import SerializedLMSExtendedError
 
         def error(title: str, cause: str) -> dict[str, Any]:
@@ -715,6 +719,7 @@ _NOT_JSON = object()
 
 def _parameter_struct(namespace: str, endpoint: str) -> Any:
     """The SDK's parameter struct of a served model-namespace RPC, or None."""
+    # lmstudio: the e04 extra, optional
     import lmstudio._sdk_models as models
 
     names = {

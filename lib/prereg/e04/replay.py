@@ -92,7 +92,11 @@ def plan_threads(threads: int) -> Iterator[None]:
     FAISS inner products differ in the last float32 bits between thread counts, so a
     ranking is rebuilt exactly only with the threads it was built with.
     """
+    # faiss: the e04 extra, optional
     import faiss
+
+    # threadpoolctl: importing it sets KMP_DUPLICATE_LIB_OK in os.environ, which a research
+    # session's environment must not hold (the execution check refuses it), so only here
     from threadpoolctl import threadpool_limits
 
     previous = faiss.omp_get_max_threads()

@@ -27,10 +27,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
+
 from prereg.api import ApprovalError, ItemContext, Plan, StageKind, derivation, write_json
 from prereg.e04 import progress
 from prereg.e04.backends import build_backend
+from prereg.e04.cache import VectorCacheError, inspect_cache, read_vectors
 from prereg.e04.cells import TIMING, CellOutputs, CorpusStore, Workspace, compute_cell
+from prereg.e04.embeddings import LMStudioResidencyError, LMStudioUnavailableError
+from prereg.e04.gitcorpus import read_blob_at
+from prereg.e04.harness import query_for
 from prereg.e04.inputs import (
     INPUTS,
     InputProblems,
@@ -43,8 +49,9 @@ from prereg.e04.inputs import (
 from prereg.e04.plan import Cell, E04Settings, grid, item_key, settings_of
 from prereg.e04.replay import replay_run
 from prereg.e04.report import render_e04
+from prereg.e04.runvectors import text_key
 from prereg.e04.summary import SUMMARY, SUMMARY_TEXT, summarise
-from prereg.e04.tasks import load_task_file
+from prereg.e04.tasks import load_task_file, locate_gold_functions
 
 __all__ = [  # what the experiment module, the checks and the benchmarks use from here
     "INPUTS",
@@ -103,6 +110,7 @@ def workspace_for(
         )
         backend = cache = None
         if settings.dense:
+            # faiss: the e04 extra, optional
             import faiss
 
             # FAISS scores depend on its thread count in the last bits: use the plan's.
@@ -178,9 +186,6 @@ def gate_check(root: Path, plan: Plan, stage: str, approval: dict) -> list[str]:
     and the vectors it holds for the probe texts (every query and gold function of the
     bound tasks) must be what the pinned backend returns, within ``cache.conflict_atol``.
     """
-    from prereg.e04.cache import inspect_cache
-    from prereg.e04.embeddings import LMStudioResidencyError, LMStudioUnavailableError
-
     settings = settings_of(plan.data, stage)
     if not settings.dense:
         return []
@@ -201,11 +206,6 @@ def gate_check(root: Path, plan: Plan, stage: str, approval: dict) -> list[str]:
 
 def probe_texts(settings: E04Settings, loaded: LoadedInputs) -> dict[str, tuple[str, str]]:
     """Text key -> (text, label) of each dense query and each gold function at its label."""
-    from prereg.e04.gitcorpus import read_blob_at
-    from prereg.e04.harness import query_for
-    from prereg.e04.runvectors import text_key
-    from prereg.e04.tasks import locate_gold_functions
-
     texts: dict[str, tuple[str, str]] = {}
     dense = [s for s in settings.harnesses.values() if s.kind != "bm25"]
     for task in loaded.task_file.tasks:
@@ -223,10 +223,6 @@ def probe_texts(settings: E04Settings, loaded: LoadedInputs) -> dict[str, tuple[
 
 def probe_cache(path: Path, settings: E04Settings, backend, bound_inputs: dict) -> list[str]:
     """The cache's vectors of :func:`probe_texts` against the pinned backend's (gate)."""
-    import numpy as np
-
-    from prereg.e04.cache import VectorCacheError, read_vectors
-
     if not Path(path).is_file() or not bound_inputs:
         return []
     try:

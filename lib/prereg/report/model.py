@@ -11,9 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from prereg import gitrepo
+from prereg import gitrepo, ledger
 from prereg.hashing import parse_json, read_json
-from prereg.runs import COMPLETE, ITEM_LOG, START_RECORD, RunFolder, refusals_dir, valid_run_id
+from prereg.runs import (
+    COMPLETE,
+    ITEM_LOG,
+    START_RECORD,
+    RunFolder,
+    RunLayout,
+    refusals_dir,
+    valid_run_id,
+)
 
 REFUSED = "refused"
 NO_MANIFEST = "no manifest"
@@ -102,8 +110,6 @@ def load_run(run_dir: Path) -> RunRecord:
 def recorded_start(run_dir: Path) -> RunRecord | None:
     """A spent run whose folder does not exist or holds no start record, from the start
     record git holds (None when git records no start for the folder's name)."""
-    from prereg import ledger
-
     root, run_id = run_dir.parent.parent, run_dir.name
     try:
         data = ledger.read(root, ledger.start_ref(run_id)) if valid_run_id(run_id) else None
@@ -125,9 +131,6 @@ def recorded_start(run_dir: Path) -> RunRecord | None:
 
 def folderless_runs(root: Path) -> list[RunRecord]:
     """Every run id git records as spent whose folder under runs/ was never written."""
-    from prereg import ledger
-    from prereg.runs import RunLayout
-
     found = []
     for run_id in ledger.spent_run_ids(root):
         folder = RunLayout(root, run_id).folder if valid_run_id(run_id) else None

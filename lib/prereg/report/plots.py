@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import io
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ DPI = 100
 
 def new_figure(width: float, height: float) -> Figure:
     """A figure on its own Agg canvas (inches)."""
+    # matplotlib: heavy, only for plots (import prereg.api does not load it)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -109,14 +111,13 @@ def annotated_heatmap(
     bar = figure.colorbar(mesh, ax=list(axes), shrink=0.9)
     bar.set_label(colorbar_label, fontsize=8)
     if flag_note:
-        import textwrap
-
         chars = int(figure.get_figwidth() * 14)  # about 14 characters per inch at 8 pt
         figure.suptitle("\n".join(textwrap.wrap(flag_note, chars)), fontsize=8)
     return figure
 
 
 def _flag_frame(x: float, y: float):
+    # matplotlib: heavy, only for plots (import prereg.api does not load it)
     from matplotlib.patches import Rectangle
 
     return Rectangle(
@@ -190,6 +191,7 @@ def line_panels(
         ax.grid(True, linewidth=0.3)
         handles, labels = ax.get_legend_handles_labels()
         if mark_label and any(s.marked_x is not None for s in series):
+            # matplotlib: heavy, only for plots (import prereg.api does not load it)
             from matplotlib.lines import Line2D
 
             handles.append(Line2D([], [], color="black", linestyle=":"))
@@ -304,6 +306,7 @@ def fit_curve_panels(
     """Per panel every fit: train dashed, validation solid, the selected epoch a black dot."""
     if not panels:
         raise ValueError("fit_curve_panels needs at least one panel; got panels=[]")
+    # matplotlib: heavy, only for plots (import prereg.api does not load it)
     from matplotlib.lines import Line2D
 
     figure, axes, columns = _panel_grid(len(panels), columns, width=4.6, height=2.8, margin=0.4)

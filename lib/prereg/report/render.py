@@ -12,6 +12,7 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
+from prereg.audit import COULD_NOT_AUDIT, audit_run, audit_run_cached
 from prereg.report import header
 from prereg.report import html as h
 from prereg.report.model import (
@@ -56,8 +57,6 @@ def audit_verdict(root: Path, record: RunRecord, mode: str) -> header.AuditVerdi
 
 
 def _audit(root: Path, record: RunRecord, mode: str) -> header.AuditVerdict:
-    from prereg.audit import COULD_NOT_AUDIT, audit_run, audit_run_cached
-
     checked = "hashes, records, git records and inputs"
     if mode == "full":
         result = audit_run(root, record.path)

@@ -16,6 +16,7 @@ from typing import Callable
 
 from prereg.hashing import read_json
 from prereg.report.model import RunRecord
+from prereg.stages import UnknownStageKind, load_kind
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,6 @@ def section_for(kind: str | None, part: str = "render") -> SectionRenderer | Non
     unknown here or gives none (the report shows header and items only)."""
     if kind is None:
         return None
-    from prereg.stages import UnknownStageKind, load_kind
 
     try:
         return getattr(load_kind(kind), part)

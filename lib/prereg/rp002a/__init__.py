@@ -16,6 +16,7 @@ FROZEN_CONFIG = "plans/CONFIRMATORY_CONFIG.json"
 
 def show_summary(clone: Path, run_id: str) -> None:
     """Print the run's ``summary/SUMMARY.md`` (what the stage found)."""
+    # prereg.api on call: importing prereg.rp002a imports nothing of prereg (see above)
     from prereg.api import RunLayout
 
     print((RunLayout(clone, run_id).summary_dir / "SUMMARY.md").read_text(encoding="utf-8"))

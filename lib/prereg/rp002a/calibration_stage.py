@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -372,8 +373,6 @@ def replay(view: RunView) -> list[str]:
 
 
 def to_record_settings(settings) -> dict:
-    from dataclasses import asdict
-
     return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(settings).items()}
 
 

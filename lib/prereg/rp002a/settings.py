@@ -14,6 +14,7 @@ so summaries and unit records are byte-identical to those written from the raw p
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from prereg.api import (
     UnitInterval,
     validate,
 )
+from prereg.rp002a.laws import law_registry
 from prereg.rp002a.plan_schema import SHARED, validate_shared
 from prereg.stats.laws import LAW_NAMES
 
@@ -203,7 +205,7 @@ class SharedSettings:
 
 def parse_shared(plan_data: dict, source: str) -> SharedSettings:
     """Every check of :func:`validate_shared`, then the parsed block."""
-    from prereg.rp002a.laws import law_registry
+    # prereg.rp002a.training imports torch (the training extra, optional)
     from prereg.rp002a.training import TrainConfig
 
     validate_shared(_PlanView(plan_data, source))
@@ -493,8 +495,6 @@ def renderer(target: str):
     """A report section renderer imported on first use (``module:function``)."""
 
     def render(context) -> str:
-        import importlib
-
         module, _, function = target.partition(":")
         return getattr(importlib.import_module(module), function)(context)
 

@@ -101,6 +101,7 @@ def generate_datasets(
 
 
 def learned_model(shared: SharedSettings, name: str):
+    # prereg.rp002a.models imports torch (the training extra, optional)
     from prereg.rp002a.models import build_model
 
     spec = shared.models[name]
@@ -160,6 +161,7 @@ def run_unit(
     progress: Callable[[str], None] | None = None,
 ) -> dict:
     """Generate, fit B0, train B1 and B2, assess after selection, save everything."""
+    # prereg.rp002a.training imports torch (the training extra, optional)
     from prereg.rp002a.training import TrainConfig, predict_probabilities, save_weights, train
 
     datasets = generate_datasets(shared, unit, numpy_rng)
@@ -240,6 +242,7 @@ def implementation_record(shared: SharedSettings, model: str) -> dict | None:
     implementation = shared.models[model].implementation
     if implementation != "compiled":
         return None if implementation is None else {"name": implementation}
+    # prereg.rp002a.gru_kernel imports torch (the training extra, optional)
     from prereg.rp002a.gru_kernel import load_kernel
 
     return {"name": implementation, **load_kernel().to_dict()}

@@ -29,6 +29,7 @@ from prereg.api import arrays as npz
 from prereg.rp002a import units as unitlib
 from prereg.rp002a.datasets import dataset_bytes
 from prereg.rp002a.diagnostics import SecondaryDiagnostics, equal_replicate_mean
+from prereg.rp002a.frequency import fit_frequency_table, frequency_predictions
 from prereg.rp002a.settings import (
     SharedSettings,
     VariancePlan,
@@ -170,6 +171,7 @@ def replay_unit(
     shared: SharedSettings, unit: unitlib.Unit, folder: Path, namespace: str
 ) -> list[str]:
     """Regenerate data, refit B0, reload weights and predict, recompute the analysis: no training."""
+    # prereg.rp002a.training imports torch (the training extra, optional)
     from prereg.rp002a.training import load_weights, predict_probabilities
 
     findings = []
@@ -185,7 +187,6 @@ def replay_unit(
             findings.append(f"{name}: the saved weights do not reproduce the saved probabilities")
     record = read_json(folder / unitlib.UNIT, what="unit record")
     law = unitlib.law_for(shared, unit.world)
-    from prereg.rp002a.frequency import fit_frequency_table, frequency_predictions
 
     table = fit_frequency_table(
         datasets.train.observations,

@@ -25,6 +25,7 @@ from prereg.runtime.listing import Listing
 from prereg.runtime.settings import PROPERTY, SETTINGS, Settings
 from prereg.runtime.terminal import TerminalOutput
 from prereg.runtime.workers import XdistBridge, distributed
+from prereg.stages import RunView, load_kind
 
 
 class Controller(XdistBridge, TerminalOutput):
@@ -85,7 +86,6 @@ class Controller(XdistBridge, TerminalOutput):
         self.execution = gathered.execution or execution.record(
             self.code_root, self.config.pluginmanager.list_name_plugin(), snapshot=self.snapshot
         )
-        from prereg.stages import load_kind
 
         self.plan = gathered.plan
         spec = self.plan.stage(settings.stage)
@@ -417,8 +417,6 @@ class Controller(XdistBridge, TerminalOutput):
         )
 
     def view(self, items: list[dict]):
-        from prereg.stages import RunView
-
         return RunView(
             root=self.root,
             run_dir=self.run_dir,
@@ -442,6 +440,8 @@ def _proved_snapshot(checkout: Path, folder: Path) -> snapshots.Snapshot:
 
 
 def _drop_junit_report(config: pytest.Config) -> None:
+    # _pytest.junitxml: only when a junit report is dropped (import prereg.plugin does not
+    # load it)
     from _pytest.junitxml import xml_key
 
     xml = config.stash.get(xml_key, None)

@@ -27,6 +27,7 @@ from prereg.runs import REHEARSAL_NOTE, RunLayout
 from prereg.runtime import signals
 from prereg.runtime.controller import Controller
 from prereg.runtime.settings import SETTINGS, Settings
+from prereg.stages import load_kind
 
 FORMAT = REHEARSAL_FORMAT
 
@@ -50,7 +51,6 @@ class Rehearsal(Controller):
             )
         self.plan = load_plan(self.code_root / settings.plan_path)
         spec = self.plan.stage(settings.stage)
-        from prereg.stages import load_kind
 
         self.kind = load_kind(spec["kind"])
         try:  # the kind's settings, as prereg approve checks them
@@ -248,6 +248,7 @@ def partial_selection(config: pytest.Config) -> str | None:
 
 
 def _tx_specs(config: pytest.Config) -> list:
+    # execnet: only when a rehearsal names workers (import prereg.plugin does not load it)
     import execnet
 
     return [execnet.XSpec(t) for t in (getattr(config.option, "tx", None) or [])]

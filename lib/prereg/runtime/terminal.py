@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from prereg import eta
+
 
 class TerminalOutput:
     """The controller's terminal hooks. The controller provides ``config``, ``settings``,
@@ -22,8 +24,6 @@ class TerminalOutput:
     def _announce_finished(self, entry: dict) -> None:
         """One line per finished item with an ETA (:mod:`prereg.eta`), on the terminal
         (also under -n 2: the controller writes it) and in the run's progress log."""
-        from prereg import eta
-
         try:
             done = sum(1 for e in self.entries.values() if "outcome" in e)
             line = eta.finished_line(

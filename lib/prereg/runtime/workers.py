@@ -144,6 +144,7 @@ class XdistBridge:
         usual: each finished item keeps its true outcome (not "not run"), in the manifest
         and in junit.xml, marked ``reported_after_interruption``.
         """
+        # queue: only after an interruption (import prereg.plugin does not load it)
         import queue
 
         dsession = self.config.pluginmanager.getplugin("dsession")

@@ -204,6 +204,7 @@ def _ninja_on_path() -> Iterator[None]:
         return
     candidates = [os.path.dirname(sys.executable)]
     try:
+        # ninja: the training extra, optional
         import ninja  # type: ignore[import-not-found]
 
         candidates.insert(0, str(ninja.BIN_DIR))
@@ -326,6 +327,7 @@ def _build(
     sources: tuple[Path, ...], directory: Path, flags: tuple[str, ...], compiler: str, verbose: bool
 ) -> str:
     _check_compiler(compiler)
+    # torch: the training extra, optional
     from torch.utils import cpp_extension
 
     try:
