@@ -245,6 +245,7 @@ SHARED_FOLDERS = {
     "checks/report": "checks/report+checks/pipeline",  # tiny_pipeline, toy_runs
     "checks/pipeline": "checks/report+checks/pipeline",
     "checks/e04_stage": "checks/e04_stage",  # e04_runs
+    "checks/wheel": "checks/wheel",  # head_wheel
 }
 
 

@@ -12,7 +12,6 @@ started script's folder first); the gate accepts it while nothing in it can be i
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -24,30 +23,13 @@ import pytest
 
 from support.distributions import fake_distribution
 from support.toy import EXPERIMENT, PINS, stage_spec
+from support.wheelhouse import user_env
 
 pytestmark = [pytest.mark.software, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGE = "toy"
 INSTALL_SECONDS = 900  # a subprocess timeout, never asserted on
-
-
-def _outer_bin() -> str:
-    return os.path.dirname(os.path.abspath(sys.executable))
-
-
-def user_env(venv: Path) -> dict[str, str]:
-    """A shell where the user activated ``venv``: no PYTHON*, PYTEST_*, COV_* variables and
-    no other environment's ``bin`` (this check's own) on PATH."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("PYTHON", "PYTEST_", "COV_")) and k != "VIRTUAL_ENV"
-    }
-    path = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != _outer_bin()]
-    env["PATH"] = os.pathsep.join([str(venv / "bin"), *path])
-    env["VIRTUAL_ENV"] = str(venv)
-    return env
 
 
 def run(args: list, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -70,26 +52,11 @@ def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory) -> Path:
+def venv(tmp_path_factory, head_wheel: Path) -> Path:
     """A fresh environment outside any checkout, holding prereg's wheel and its core
     dependencies, made with the interpreter this check's environment was made from."""
     base = tmp_path_factory.mktemp("wheel")
-    source = base / "source"
-    source.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True, check=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
-    outer = user_env(base / "none")
-    wheels = base / "wheels"
-    ok(
-        run(
-            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels, source],
-            base,
-            outer,
-        )
-    )
-    (wheel,) = wheels.glob("prereg-*.whl")
+    outer, wheel = user_env(base / "none"), head_wheel
     interpreter = getattr(sys, "_base_executable", None) or sys.executable
     env_dir = base / "venv"
     ok(run([interpreter, "-m", "venv", env_dir], base, outer))
