@@ -17,6 +17,7 @@ from prereg import api, seeds, stages
 from prereg.plans import Plan
 from prereg.report.model import RunRecord
 from prereg.report.render import headline, index_rows
+from prereg.rp002a import DEMO_PLAN, calibration_stage
 from prereg.runs import RunFolder
 
 pytestmark = pytest.mark.software
@@ -94,6 +95,21 @@ def test_a_grid_is_refused_exactly_when_a_cells_derivation_would_fail(labels):
             failing.append(label)
     problems = stages.grid_problems(kind, None, "ns-1.0")
     assert len(problems) == len(failing)
+
+
+def test_the_calibration_grid_of_the_demo_plan_is_every_cell_each_with_its_items_seed():
+    plan = api.load_plan(Path(__file__).resolve().parents[2] / DEMO_PLAN)
+    kind = calibration_stage.KIND
+    kind.check(plan, "calibration")
+    settings = kind.settings(plan.data, "calibration")
+    sim, bench = settings.simulation, settings.bootstrap
+    grid = kind.cells(settings)
+    assert len(grid) == len(sim.n) * len(sim.laws) * len(sim.rho) * len(sim.within_fraction) + len(
+        bench.n
+    ) * len(bench.laws) * len(bench.within_fraction)
+    namespace = plan.stage("calibration")["seed_namespace"]
+    derivations = {seeds.derivation(namespace, *kind.seed_coords(c)) for c in grid.values()}
+    assert len(derivations) == len(grid)  # no two cells draw from one seed
 
 
 # -- the headline of a complete run -----------------------------------------------------------

@@ -104,6 +104,11 @@ def bootstrap_coords(cell: BootstrapCell) -> tuple:
     return (BOOTSTRAP, cell.n, cell.law, f"{cell.within_fraction:g}")
 
 
+def seed_coords(cell: SimulationCell | BootstrapCell) -> tuple:
+    """What the item of ``cell`` seeds from (``StageKind.seed_coords``)."""
+    return simulation_coords(cell) if isinstance(cell, SimulationCell) else bootstrap_coords(cell)
+
+
 def cell_coordinates(cell: SimulationCell | BootstrapCell) -> dict:
     """What an item records with ``research.coords``: its design and the cell's fields."""
     design = SIMULATION if isinstance(cell, SimulationCell) else BOOTSTRAP
@@ -341,7 +346,7 @@ def replay(view: RunView) -> list[str]:
     for _, item, cell in pairs:
         simulation = isinstance(cell, SimulationCell)
         name = simulation_id(cell) if simulation else bootstrap_id(cell)
-        coords = simulation_coords(cell) if simulation else bootstrap_coords(cell)
+        coords = seed_coords(cell)
         if item.get("seeds") != [derivation(namespace, *coords)]:
             findings.append(
                 f"{name}: recorded seeds {item.get('seeds')} are not the plan's derivation"
@@ -379,6 +384,8 @@ def to_record_settings(settings) -> dict:
 KIND = StageKind(
     name="rp002a.calibration",
     settings=parse_calibration,
+    cells=expected_cells,
+    seed_coords=seed_coords,
     item_key=item_key,
     summarise=summarise,
     replay=replay,
