@@ -84,6 +84,17 @@ def test_every_cell_whose_seed_cannot_be_derived_is_named():
     assert "'r0'" not in message
 
 
+def test_a_grid_or_seed_function_that_raises_is_a_problem_naming_it():
+    def broken(n):
+        raise KeyError("n")
+
+    with pytest.raises(api.SchemaError, match=r"cells\(settings\) raised KeyError: 'n'"):
+        _kind(cells=broken).check(_plan(), STAGE)
+    kind = _kind(cells=_grid, seed_coords=lambda r: r)  # an int, not a tuple
+    with pytest.raises(api.SchemaError, match="seed_coords of cell 'r0' raised TypeError"):
+        kind.check(_plan(), STAGE)
+
+
 @given(st.lists(st.text(max_size=4), min_size=1, max_size=4))
 def test_a_grid_is_refused_exactly_when_a_cells_derivation_would_fail(labels):
     kind = _kind(cells=lambda n: dict(enumerate(labels)), seed_coords=lambda label: (label,))
@@ -159,6 +170,18 @@ def test_a_headline_that_cannot_be_filled_says_so_in_its_place(tmp_path, headlin
     assert headline(tmp_path / "list", record).startswith(
         "headline unreadable: TypeError: summary file summary.json holds no JSON object"
     )
+
+
+def test_a_headline_that_is_not_text_says_so(tmp_path):
+    kind = stages.StageKind(name="test.headline-dict", headline=lambda context: {"a": 1})
+    stages.register_kind(kind)
+    try:
+        record = _complete_run(tmp_path, {}, kind.name)
+        assert headline(tmp_path, record) == (
+            "headline unreadable: the kind's headline returned dict, not a str"
+        )
+    finally:
+        stages._registered.pop(kind.name)
 
 
 def test_an_incomplete_run_or_a_kind_without_headline_has_none(tmp_path, headline_kind):

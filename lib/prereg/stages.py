@@ -110,7 +110,10 @@ def grid_problems(kind: StageKind, settings: object, namespace: str | None) -> l
     """What makes the grid ``kind.cells(settings)`` unrunnable: no cell, or (with
     ``kind.seed_coords``) a cell whose seed derivation under ``namespace`` cannot be written,
     so its item would fail when it draws. Each problem names the cell and what to change."""
-    grid = kind.cells(settings)
+    try:
+        grid = kind.cells(settings)
+    except Exception as error:  # noqa: BLE001 -- the kind's own code: named, not a traceback
+        return [f"cells(settings) raised {type(error).__name__}: {error}; fix the kind's cells"]
     if not isinstance(grid, Mapping):
         return [f"cells(settings) returned {type(grid).__name__}, not a mapping item key -> cell"]
     if not grid:
@@ -125,7 +128,14 @@ def grid_problems(kind: StageKind, settings: object, namespace: str | None) -> l
         ]
     problems = []
     for key, cell in grid.items():
-        coords = tuple(kind.seed_coords(cell))
+        try:
+            coords = tuple(kind.seed_coords(cell))
+        except Exception as error:  # noqa: BLE001 -- as for cells
+            problems.append(
+                f"seed_coords of cell {key!r} raised {type(error).__name__}: {error}; it must "
+                "return the tuple of coordinates the cell's item seeds from"
+            )
+            continue
         try:
             seeds.derivation(namespace, *coords)
         except seeds.SeedCoordinateError as error:

@@ -156,9 +156,12 @@ def headline(root: Path, record: RunRecord) -> str | None:
     if line is None:
         return None
     try:
-        return line(SectionContext(root=root, record=record, plan=plan, kind=kind))
+        text = line(SectionContext(root=root, record=record, plan=plan, kind=kind))
     except Exception as error:  # noqa: BLE001 -- a broken summary must not hide the index
         return f"headline unreadable: {type(error).__name__}: {error}"
+    if text is not None and not isinstance(text, str):
+        return f"headline unreadable: the kind's headline returned {type(text).__name__}, not a str"
+    return text
 
 
 def index_rows(root: Path, records: list[RunRecord], *, audit: str = "cached") -> list[dict]:
