@@ -9,7 +9,7 @@ from pathlib import Path
 
 from support.checkout import CHECKOUT
 
-BUILD_SECONDS = 900  # a subprocess timeout, never asserted on
+COMMAND_SECONDS = 900  # a subprocess timeout, never asserted on
 
 
 def _outer_bin() -> str:
@@ -30,6 +30,27 @@ def user_env(venv: Path) -> dict[str, str]:
     return env
 
 
+def run(args: list, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``args`` (paths allowed) in ``cwd`` with ``env``, output captured, never checked."""
+    return subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=COMMAND_SECONDS,
+    )
+
+
+def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """``done``, asserted to have exited 0 (the message holds its command and output)."""
+    assert done.returncode == 0, (
+        f"{done.args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    )
+    return done
+
+
 def build_head_wheel(base: Path, env: dict[str, str]) -> Path:
     """The wheel ``pip wheel --no-deps`` builds from ``git archive HEAD`` (unpacked under
     ``base/source``; the wheel in ``base/wheels``), with ``env`` as the builder's shell."""
@@ -40,17 +61,12 @@ def build_head_wheel(base: Path, env: dict[str, str]) -> Path:
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
     wheels = base / "wheels"
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(source)],
-        cwd=base,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=BUILD_SECONDS,
-    )
-    assert built.returncode == 0, (
-        f"pip wheel exited {built.returncode}:\n{built.stdout}\n{built.stderr}"
+    ok(
+        run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels, source],
+            base,
+            env,
+        )
     )
     (wheel,) = wheels.glob("prereg-*.whl")
     return wheel

@@ -23,32 +23,12 @@ import pytest
 
 from support.distributions import fake_distribution
 from support.toy import EXPERIMENT, PINS, stage_spec
-from support.wheelhouse import user_env
+from support.wheelhouse import ok, run, user_env
 
 pytestmark = [pytest.mark.software, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGE = "toy"
-INSTALL_SECONDS = 900  # a subprocess timeout, never asserted on
-
-
-def run(args: list, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(a) for a in args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=INSTALL_SECONDS,
-    )
-
-
-def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert done.returncode == 0, (
-        f"{done.args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    )
-    return done
 
 
 @pytest.fixture(scope="module")
