@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import importlib.metadata
 import shutil
 import subprocess
 import sys
@@ -283,3 +284,54 @@ def test_one_change_to_one_distribution_is_exactly_one_problem_naming_it(bound, 
     assert f"distribution {name} " in problems[0], problems
     if file is not None:
         assert f"{file} (" in problems[0], problems
+
+
+def test_the_header_fields_of_every_installed_distribution_are_importlib_metadatas():
+    """The lock reads Name and Version from the header block only; for every distribution
+    installed here they are what importlib.metadata reads from the whole file."""
+    seen = 0
+    for dist in importlib.metadata.distributions():
+        headers = envlock.metadata_headers(dist)
+        assert (headers.get("Name"), headers.get("Version")) == (
+            dist.metadata["Name"],
+            dist.version,
+        ), getattr(dist, "_path", dist)
+        seen += 1
+    assert seen > 10, "this environment lists its installed distributions"
+
+
+class _Metadata(importlib.metadata.Distribution):
+    """A distribution whose METADATA is ``text``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def read_text(self, filename):
+        return self.text if filename == "METADATA" else None
+
+    def locate_file(self, path):
+        return Path(path)
+
+
+_FIELD = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=_FIELD.filter(lambda s: ":" not in s),
+    version=_FIELD.filter(lambda s: ":" not in s),
+    extra=st.lists(st.sampled_from(["Summary: x", "License: MIT", "Requires-Dist: a>=1"])),
+    body=st.text(max_size=200),
+    newline=st.sampled_from(["\n", "\r\n"]),
+)
+def test_header_only_parsing_gives_the_whole_files_name_and_version(
+    name, version, extra, body, newline
+):
+    """However long the description after the blank line, and whatever it holds (header-like
+    lines, blank lines, Windows line ends), Name and Version are the whole parse's."""
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", *extra]
+    text = newline.join(lines) + newline + newline + body.replace("\r", "")
+    dist = _Metadata(text)
+    headers = envlock.metadata_headers(dist)
+    assert headers.get("Name") == dist.metadata["Name"] == name
+    assert headers.get("Version") == dist.version == version

@@ -38,6 +38,8 @@ it alike.
 from __future__ import annotations
 
 import csv
+import email
+import email.message
 import hashlib
 import importlib.metadata
 import json
@@ -111,14 +113,24 @@ def python() -> dict:
     }
 
 
+def metadata_headers(dist: importlib.metadata.Distribution) -> email.message.Message:
+    """The header fields of ``dist``'s core metadata (``METADATA``, ``PKG-INFO``), read as
+    :attr:`importlib.metadata.Distribution.metadata` reads them but without the body (a long
+    description can be most of the file): one parse gives both ``Name`` and ``Version``."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or dist.read_text("") or ""
+    headers = re.split(r"\r?\n\r?\n", text, maxsplit=1)[0]
+    return email.message_from_string(headers + "\n")
+
+
 def _distribution(dist: importlib.metadata.Distribution) -> tuple[str, dict]:
     folder = getattr(dist, "_path", None)  # the .dist-info (or .egg-info) folder
-    name = dist.metadata["Name"] or (
+    headers = metadata_headers(dist)
+    name = headers.get("Name") or (
         folder.name.split("-")[0] if isinstance(folder, Path) else "unknown"
     )
     entries = counted_entries(dist.read_text("RECORD") or "")
     found = {
-        "version": dist.version or "",
+        "version": headers.get("Version") or "",
         "record_sha256": entries_sha256(entries),
         "files": len(entries),
     }
