@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import hashlib
 import importlib.machinery
 import importlib.metadata
 import importlib.util
@@ -331,6 +332,7 @@ class Environment:
     sites: list[str]
     stdlib: list[str]
     editable_dirs: dict[str, tuple[str, str]]  # dist -> (version, dir)
+    scripts: str = field(default_factory=lambda: scripts_dir())  # console scripts' folder
 
     @classmethod
     def read(cls, root: Path, snapshot=None) -> Environment:
@@ -358,7 +360,7 @@ class Environment:
         """Why the code in ``path`` is not accounted for, or None when it is."""
         if any(_under(path, d) for d in self.sites):
             return self.installed.check(path)
-        if _under(path, scripts_dir()) and self.installed.owner(path) is not None:
+        if _under(path, self.scripts) and self.installed.owner(path) is not None:
             return self.installed.check(path)  # a console script (.venv/bin/pytest) pip wrote
         for checkout in self.checkouts:
             if _under(path, checkout.top):
@@ -464,7 +466,7 @@ def _path_problems(env: Environment) -> list[str]:
     """``sys.path`` entries from which a later import (during collection or in an item,
     after the gate) could load code that nothing accounts for."""
     found = []
-    scripts = scripts_dir()
+    scripts = env.scripts
     if any(_real(entry or os.getcwd()) == scripts for entry in sys.path):
         found += _scripts_folder_problems(env, scripts)
     for entry in sys.path:
@@ -585,6 +587,24 @@ def _pyc_problem(pyc: str, source: str, optimize: int, rewrite) -> str | None:
         size = int.from_bytes(data[12:16], "little")
         if mtime != int(stat.st_mtime) & 0xFFFFFFFF or size != stat.st_size & 0xFFFFFFFF:
             return None
+    key = (
+        source, optimize, rewrite is not None,
+        hashlib.sha256(data).digest(), hashlib.sha256(source_bytes).digest(),
+    )  # fmt: skip
+    if key not in _COMPARED:
+        _COMPARED[key] = _compiled_problem(data, source, source_bytes, optimize, rewrite)
+    return _COMPARED[key]
+
+
+# The outcome of each comparison of bytecode with its source in this process, keyed by both
+# contents: the gate, the collection-time check and the end-of-run check compare the same
+# files, and equal bytes compile to equal code.
+_COMPARED: dict[tuple, str | None] = {}
+
+
+def _compiled_problem(
+    data: bytes, source: str, source_bytes: bytes, optimize: int, rewrite
+) -> str | None:
     try:
         code = marshal.loads(data[16:])
     except (ValueError, EOFError, TypeError):

@@ -406,6 +406,8 @@ class Gathered:
     # A session's recorded execution (prereg.execution.record), judged here and written into
     # the manifest as it is, so the audit judges the very record the gate judged.
     execution: dict | None = None
+    # The environment the execution condition was judged against (prereg.execution).
+    environment: object = None
 
 
 def _unbound_kind(bound: dict, kind: str | None) -> list[str]:
@@ -544,4 +546,4 @@ def gather(
             source_tree=gitrepo.commit_tree(root, head),
             execution_problems=facts.execution_problems + tuple(recorded),
         )
-    return Gathered(facts=facts, plan=plan, execution=executed)
+    return Gathered(facts=facts, plan=plan, execution=executed, environment=environment)

@@ -48,6 +48,7 @@ class Controller(XdistBridge, TerminalOutput):
         self.plan: Plan | None = None
         self.session: pytest.Session | None = None
         self.snapshot: snapshots.Snapshot | None = None
+        self.environment: execution.Environment | None = None  # what the gate judged against
 
     def check_gate(self) -> gate.Gathered:
         """Gather the facts and check every run condition; refuse (usage error) if one fails.
@@ -87,6 +88,7 @@ class Controller(XdistBridge, TerminalOutput):
             self.code_root, self.config.pluginmanager.list_name_plugin(), snapshot=self.snapshot
         )
 
+        self.environment = gathered.environment
         self.plan = gathered.plan
         spec = self.plan.stage(settings.stage)
         self.kind = load_kind(spec["kind"])
@@ -124,9 +126,12 @@ class Controller(XdistBridge, TerminalOutput):
             return
         self.refuse(self._worker_refusals())
         # Collection imported the stage's modules and whatever they import: that code must be
-        # accounted for too, before the run id is spent.
+        # accounted for too, before the run id is spent, by the installed files and the
+        # snapshot the gate judged (a package installed since then accounts for nothing).
         plugins = self.config.pluginmanager.list_name_plugin()
-        problems = execution.problems(self.code_root, plugins, snapshot=self.snapshot)
+        problems = execution.problems(
+            self.code_root, plugins, snapshot=self.snapshot, env=self.environment
+        )
         self.refuse([gate.Refusal("execution", f"at collection: {p}") for p in problems])
         expected = self.listing.wait()
         if isinstance(expected, str):
