@@ -44,10 +44,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import prereg
-from prereg.testing import PINS, ScratchProject, stage_spec
+from prereg.testing import ScratchProject
 
-CHECKOUT = Path(prereg.__file__).resolve().parent.parent.parent
+CHECKOUT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(CHECKOUT / "checks"))  # the checks' toy stage (support.toy)
+
+from support.toy import PINS, stage_spec
 
 CELLS = 10
 BUSY_SECONDS = 0.005
