@@ -31,7 +31,10 @@ def test_a_committed_approval_lets_the_stage_run_and_spends_the_run_id(approved_
     toy = approved_toy
     done = toy.pytest("--research-stage=toy")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "4 passed" in done.stdout and "deselected" in done.stdout
+    # Only the stage's module is collected: the stray research item in checks/ is not even
+    # imported, so nothing is deselected.
+    assert "4 passed" in done.stdout and "stray" not in done.stdout, done.stdout
+    assert "deselected" not in done.stdout and "collected 4 items" in done.stdout, done.stdout
     assert toy.manifest(RUN)["status"] == "complete"
     again = toy.pytest("--research-stage=toy", f"--run-id={RUN}")
     assert_refused(toy, again, "run-id-unused", "one approval, one run", spent_before=True)

@@ -13,10 +13,17 @@ from prereg.runtime.settings import SETTINGS
 
 
 def ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A software run never collects the research folders. A research run (a session, a
+    listing, a rehearsal) collects only the stage's module and the folders above it: the
+    other checks of the project are never imported, which would only slow the gate and widen
+    what the execution condition must account for (their items would be deselected anyway)."""
     settings = config.stash.get(SETTINGS, None)
     if settings is None:
         return None
     root = Path(settings.root)
+    if settings.research and settings.module:
+        module = root / settings.module
+        return None if collection_path == module or collection_path in module.parents else True
     research_roots = [root / p for p in config.getini("prereg_research_paths")]
     if not any(collection_path == r or r in collection_path.parents for r in research_roots):
         return None
