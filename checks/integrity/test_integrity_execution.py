@@ -604,3 +604,21 @@ def test_a_tx_spec_beside_n_is_replaced_by_n_and_the_run_completes(toy, tmp_path
     assert_runs(toy, done)
     ran = toy.manifest(RUN)["environment"]
     assert {w["checkout"] for w in ran["workers"]} == {ran["snapshot"]["folder"]}
+
+
+def test_a_package_installed_after_the_gate_is_refused_by_the_environment_the_gate_read(
+    tmp_path, monkeypatch
+):
+    """The collection-time check judges against the Environment the gate read: a package
+    pip-installed between the gate and collection (a stage module importing it) is listed in
+    no RECORD the gate saw, so its code is refused although a fresh read would accept it."""
+    site = tmp_path / "site-packages"
+    fake_distribution(site, "early", {"early_mod.py": "X = 1\n"}, {})
+    monkeypatch.setattr(execution, "site_dirs", lambda: [str(site.resolve())])
+    at_gate = execution.Environment.read(REPO)
+    fake_distribution(site, "late", {"late_mod.py": "X = 2\n"}, {})
+    late = str((site / "late_mod.py").resolve())
+    early = str((site / "early_mod.py").resolve())
+    assert at_gate.account(early) is None
+    assert "not listed in the RECORD" in (at_gate.account(late) or ""), at_gate.account(late)
+    assert execution.Environment.read(REPO).account(late) is None, "a fresh read accepts it"

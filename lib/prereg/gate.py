@@ -407,7 +407,7 @@ class Gathered:
     # the manifest as it is, so the audit judges the very record the gate judged.
     execution: dict | None = None
     # The environment the execution condition was judged against (prereg.execution).
-    environment: object = None
+    environment: execution.Environment | None = None
 
 
 def _unbound_kind(bound: dict, kind: str | None) -> list[str]:
