@@ -267,6 +267,35 @@ def test_a_committed_plugin_that_drops_items_is_refused_before_spending(toy, wor
     assert toy.pytest("--research-stage=toy", *workers).returncode == 0, "the honest run passes"
 
 
+MODIFY_ITEMS = "def pytest_collection_modifyitems(config, items):\n    {}\n"
+
+
+@pytest.mark.parametrize(
+    "conftest, hook",
+    [
+        # An initial conftest: checks/ is in testpaths.
+        ("checks/conftest.py", MODIFY_ITEMS.format("del items[-1:]")),
+        # A conftest above the stage's module, repeating an item.
+        ("experiments/conftest.py", MODIFY_ITEMS.format("items.append(items[0])")),
+    ],
+    ids=["initial-conftest-drops", "folder-conftest-repeats"],
+)
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+def test_a_committed_conftest_that_changes_the_stages_items_is_refused_before_spending(
+    toy, conftest, hook, workers
+):
+    """The stage's items are what its module alone collects: a conftest.py that drops or
+    repeats them is committed code an auditor reading the module would not see."""
+    path = toy.root / conftest
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(hook)
+    toy.commit("A conftest that changes the stage's items")
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy", *workers)
+    refused(toy, done, "whole-stage", "its module alone collects", conftest)
+    assert not (toy.root / "runs" / RUN).exists()
+
+
 def test_a_bound_input_edited_after_the_gate_is_not_used(tmp_path):
     toy = make_toy_repo(tmp_path / "inputs", {"toy": stage_spec("toy", inputs=["data"])})
     data = tmp_path / "data.txt"

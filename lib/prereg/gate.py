@@ -359,9 +359,13 @@ APPROVE_CONDITIONS: tuple[Condition, ...] = (
 )
 
 
-def item_set(expected: list[str], about_to_run: list[str]) -> list[Refusal]:
-    """The whole stage runs or nothing does: the items about to run are exactly the stage's,
-    and there is at least one (a run of no item would spend the run id for nothing)."""
+def item_set(
+    expected: list[str], about_to_run: list[str], changers: tuple[str, ...] = ()
+) -> list[Refusal]:
+    """The whole stage runs or nothing does: the items about to run are exactly the stage's
+    (``expected``: what its module alone collects in a clean process), and there is at least
+    one (a run of no item would spend the run id for nothing). ``changers`` names the
+    conftest.py files and plugins loaded here whose hooks can change the collected items."""
     if not expected:
         return [
             Refusal(
@@ -380,12 +384,20 @@ def item_set(expected: list[str], about_to_run: list[str]) -> list[Refusal]:
         for label, ids in (("missing", missing), ("unexpected", unexpected))
         if ids
     )
+    hooks = (
+        f" Collection hooks loaded here that can change the items: {', '.join(changers)}; a "
+        "stage's items must come from its module alone (parametrize them there), so remove "
+        "the hook or make it leave the stage's items alone, commit, and approve again."
+        if changers
+        else ""
+    )
     return [
         Refusal(
             "whole-stage",
-            f"{len(about_to_run)} item(s) would run, the stage has {len(expected)}{detail}. A "
-            "research stage runs whole: drop the options, PYTEST_ADDOPTS or plugins that select, "
-            "ignore or skip items (-o, --ignore, --sw-skip, a stepwise cache ...) and run again",
+            f"{len(about_to_run)} item(s) would run, the stage has {len(expected)} (what its "
+            f"module alone collects){detail}. A research stage runs whole: drop the options, "
+            "PYTEST_ADDOPTS or plugins that select, ignore or skip items (-o, --ignore, "
+            f"--sw-skip, a stepwise cache ...) and run again.{hooks}",
         )
     ]
 

@@ -11,6 +11,20 @@ import pytest
 
 from prereg.runtime.settings import SETTINGS
 
+# The hooks through which a conftest.py or plugin can change which items a session collects.
+ITEM_HOOKS = (
+    "pytest_collection",
+    "pytest_ignore_collect",
+    "pytest_collect_file",
+    "pytest_pycollect_makemodule",
+    "pytest_pycollect_makeitem",
+    "pytest_make_collect_report",
+    "pytest_collectreport",
+    "pytest_generate_tests",
+    "pytest_itemcollected",
+    "pytest_collection_modifyitems",
+)
+
 
 def ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """A software run never collects the research folders. A research run (a session, a
@@ -50,3 +64,20 @@ def select_items(config: pytest.Config, items: list[pytest.Item]) -> None:
         items[:] = keep
     if settings.research and config.option.prereg_list_items:
         Path(config.option.prereg_list_items).write_text(json.dumps([i.nodeid for i in items]))
+
+
+def item_changers(config: pytest.Config, root: Path) -> tuple[str, ...]:
+    """The conftest.py files and other modules of ``root`` loaded here as plugins that
+    implement a hook able to change the collected items (prereg's own aside), by path."""
+    found = set()
+    for _, plugin in config.pluginmanager.list_name_plugin():
+        name, file = getattr(plugin, "__name__", ""), getattr(plugin, "__file__", None)
+        if not file or name.partition(".")[0] == "prereg":
+            continue
+        try:
+            path = Path(file).resolve().relative_to(Path(root).resolve())
+        except ValueError:
+            continue
+        if any(hasattr(plugin, hook) for hook in ITEM_HOOKS):
+            found.add(path.as_posix())
+    return tuple(sorted(found))

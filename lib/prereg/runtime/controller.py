@@ -21,6 +21,7 @@ from prereg.plans import Plan
 from prereg.runs import contained, item_dir_name, refusal_note
 from prereg.runtime import items as item_side
 from prereg.runtime import signals
+from prereg.runtime.collection import item_changers
 from prereg.runtime.listing import Listing
 from prereg.runtime.settings import PROPERTY, SETTINGS, Settings
 from prereg.runtime.terminal import TerminalOutput
@@ -136,7 +137,9 @@ class Controller(XdistBridge, TerminalOutput):
         expected = self.listing.wait()
         if isinstance(expected, str):
             self.refuse([gate.Refusal("whole-stage", expected)])
-        self.refuse(gate.item_set(expected, about_to_run))
+        self.refuse(
+            gate.item_set(expected, about_to_run, item_changers(self.config, self.code_root))
+        )
         self.expected = list(expected)
         record, settings = self.approval, self.settings
         if self.run_dir.exists():

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from prereg import envlock, hermetic
+from prereg.execution import PYTEST_PLUGIN_ENTRY_POINT
 from prereg.runtime.settings import (
     LIST_OPTION,
     LISTING_DROPS,
@@ -19,6 +20,9 @@ from prereg.runtime.settings import (
     STAGE_OPTION,
     Settings,
 )
+
+# Loaded by name: the listing reads no conftest.py, so none can load it.
+PLUGIN_MODULE = PYTEST_PLUGIN_ENTRY_POINT[1]
 
 
 def entry_point_plugins(
@@ -42,7 +46,9 @@ def entry_point_plugins(
 class Listing:
     """The stage's full item set, listed at the gate by a clean session started like this one
     (:mod:`prereg.hermetic`: the snapshot, its environment, the approved plugins) but without
-    its options, PYTEST_ADDOPTS, xdist or the stepwise and cache plugins."""
+    its options, PYTEST_ADDOPTS, xdist, the stepwise and cache plugins or any conftest.py: the
+    stage's items are what its module alone collects, so a conftest hook that drops, repeats
+    or adds items differs from the listing and is refused."""
 
     def __init__(self, root: Path, settings: Settings, config: pytest.Config) -> None:
         handle, self.path = tempfile.mkstemp(prefix="prereg-items-", suffix=".json")
@@ -55,9 +61,11 @@ class Listing:
             source=root,
             args=[
                 f"{STAGE_OPTION}={settings.stage}", f"{RUN_ID_OPTION}={settings.run_id}",
-                f"{LIST_OPTION}={self.path}", "-q", f"--rootdir={root}",
+                f"{LIST_OPTION}={self.path}", "-q", f"--rootdir={root}", "--noconftest",
             ],
-            plugins=hermetic.plugin_arguments(loaded, [*blocked, "xdist", "randomly"]),
+            plugins=hermetic.plugin_arguments(
+                [*loaded, PLUGIN_MODULE], [*blocked, "xdist", "randomly"]
+            ),
         )  # fmt: skip
         self.process = subprocess.Popen(
             command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -73,7 +81,10 @@ class Listing:
         if self.process.returncode not in (0, 5) or not isinstance(listed, list):
             tail = "\n    ".join(output.strip().splitlines()[-15:])
             return (
-                "the stage's full item set could not be listed in a clean process "
-                f"(exit {self.process.returncode}):\n    {tail}"
+                "the stage's full item set could not be listed in a clean process, which "
+                "collects the stage's module with no conftest.py, options or PYTEST_ADDOPTS "
+                f"(exit {self.process.returncode}): the module must collect on its own, so a "
+                "marker, option or fixture parametrization it needs at collection belongs in "
+                f"pytest.ini or the module itself:\n    {tail}"
             )
         return listed
