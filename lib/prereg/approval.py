@@ -23,14 +23,19 @@ from prereg import envlock, gate, gitrepo, ledger, provenance, registry
 from prereg.gate import Refusal
 from prereg.hashing import read_json, sha256_file, write_json
 from prereg.plans import load_plan, validate_stage
-from prereg.records import APPROVAL_FORMAT, APPROVAL_SCHEMA, APPROVALS_DIR, approval_record
+from prereg.records import (
+    APPROVAL_FORMAT,
+    APPROVAL_SCHEMA,
+    APPROVALS_DIR,
+    STAGE_NAME,
+    approval_record,
+)
 from prereg.requirements import (
     BASELINE,
     baseline_problems,  # noqa: F401  public API: docs/API.md
 )
 from prereg.runs import (
     COMPLETE,
-    STAGE_NAME,
     RunFolder,
     RunIdError,
     RunLayout,

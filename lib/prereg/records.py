@@ -4,9 +4,11 @@ Each record's format string, its schema (:mod:`prereg.schema`) and the vocabular
 fields take (an item's outcome, an audit's verdict) live here; the modules that write a
 record (:mod:`prereg.approval`, :mod:`prereg.manifest`, :mod:`prereg.verdicts`, the
 rehearsal controller) and those that read it (:mod:`prereg.audit`, the report, the status)
-use these definitions. The approval record's place is :func:`approval_record`; the run
-folder's layout (``runs/<run-id>/``, ``runs/audits/``, ``runs/refusals/``) is
-:mod:`prereg.runs`'s. This module imports nothing of prereg but :mod:`prereg.schema`.
+use these definitions. The approval record's place is :func:`approval_record`; the names
+of every file and folder under ``runs/`` (a run folder, ``runs/audits/``,
+``runs/refusals/``, a rehearsal) and the run id's form are here too, and
+:mod:`prereg.runs` builds the paths from them. This module imports nothing of prereg but
+:mod:`prereg.schema`.
 
 The records:
 
@@ -28,12 +30,16 @@ The records:
 
 from __future__ import annotations
 
+import re
+
 from prereg.schema import MapOf, NonNegativeFloat, NonNegativeInt, Nullable, OneOf, Optional
 
 __all__ = [
     "APPROVALS_DIR",
+    "APPROVAL_COPY",
     "APPROVAL_FORMAT",
     "APPROVAL_SCHEMA",
+    "AUDITS_DIR",
     "CLEAN",
     "COMPLETE",
     "COMPLETE_FIELDS",
@@ -51,9 +57,13 @@ __all__ = [
     "INCOMPLETE",
     "INPUT_BINDING",
     "INTERRUPTED",
+    "ITEMS_DIR",
     "ITEM_FIELDS",
+    "ITEM_LOG",
     "ITEM_OPTIONAL_FIELDS",
+    "JUNIT",
     "LOCK_SCHEMA",
+    "MANIFEST",
     "MANIFEST_FIELDS",
     "MANIFEST_FORMAT",
     "MINIMAL_FIELDS",
@@ -62,20 +72,63 @@ __all__ = [
     "OPTIONAL_FIELDS",
     "OUTCOMES",
     "PASSED",
+    "PROGRESS_DIR",
     "PYTHON_FIELDS",
+    "REFUSALS_DIR",
     "REFUSAL_SCHEMA",
+    "REHEARSALS_DIR",
     "REHEARSAL_BINDINGS_SCHEMA",
     "REHEARSAL_FORMAT",
+    "REHEARSAL_NAME_PATTERN",
+    "REHEARSAL_PROGRESS",
+    "REHEARSAL_RECORD",
     "REHEARSAL_SCHEMA",
+    "REPORTS_DIR",
     "REQUIRED_RUN",
+    "RUNS_DIR",
+    "RUN_ID_PATTERN",
     "SKIPPED",
+    "STAGE_NAME",
     "START_FIELDS",
+    "START_RECORD",
+    "SUMMARY_DIR",
     "UNKNOWN",
     "VERDICTS",
     "VERDICT_FORMAT",
     "VERDICT_SCHEMA",
     "approval_record",
 ]
+
+# -- the names under runs/ and the run id's form (paths built by prereg.runs) -----------------
+
+# A stage's name, and a run id ``<stage>-YYYYMMDD-NNN``. ASCII only, the whole string:
+# ``[0-9]`` (``\d`` also matches digits such as '٣') and ``\A``/``\Z`` (``$`` also matches
+# before a trailing newline), so ``match`` and ``fullmatch`` both test the whole id.
+STAGE_NAME = r"[a-z][a-z0-9-]*"
+RUN_ID_PATTERN = re.compile(
+    rf"\A(?P<stage>{STAGE_NAME})-(?P<date>[0-9]{{8}})-(?P<seq>[0-9]{{3}})\Z"
+)
+# A rehearsal's folder name, ``<stage>-YYYYMMDDTHHMMSSZ[-N]``.
+REHEARSAL_NAME_PATTERN = re.compile(rf"\A{STAGE_NAME}-[0-9]{{8}}T[0-9]{{6}}Z(-[0-9]+)?\Z")
+
+RUNS_DIR = "runs"  # beside plans/, git-ignored
+# In a run folder ``runs/<run-id>/`` (a rehearsal's folder holds the same but START_RECORD
+# and MANIFEST, and has REHEARSAL_RECORD and REHEARSAL_PROGRESS).
+START_RECORD = "start.json"
+MANIFEST = "manifest.json"
+ITEM_LOG = "items.jsonl"
+JUNIT = "junit.xml"
+APPROVAL_COPY = "approval.json"
+ITEMS_DIR = "items"
+SUMMARY_DIR = "summary"
+REHEARSAL_RECORD = "rehearsal.json"
+REHEARSAL_PROGRESS = "progress.log"
+# Beside the run folders, in runs/.
+REFUSALS_DIR = "refusals"  # <name>.json
+PROGRESS_DIR = "progress"  # <run-id>.log and <run-id>.reserve
+AUDITS_DIR = "audits"  # <run-id>.json
+REPORTS_DIR = "reports"  # <run-id>.html and index.html
+REHEARSALS_DIR = "rehearsals"  # <rehearsal name>/
 
 # -- where approval records are ----------------------------------------------------------------
 

@@ -9,22 +9,25 @@ from pathlib import Path
 
 from prereg import gitrepo, ledger, records
 from prereg.hashing import read_json
-
-# ASCII only, the whole string: ``[0-9]`` (``\d`` also matches digits such as '٣') and
-# ``\A``/``\Z`` (``$`` also matches before a trailing newline), so ``match`` and
-# ``fullmatch`` both test the whole id.
-STAGE_NAME = r"[a-z][a-z0-9-]*"
-RUN_ID_PATTERN = re.compile(
-    rf"\A(?P<stage>{STAGE_NAME})-(?P<date>[0-9]{{8}})-(?P<seq>[0-9]{{3}})\Z"
+from prereg.records import (  # the names, in prereg.records; the paths, here
+    APPROVAL_COPY,
+    AUDITS_DIR,
+    ITEM_LOG,
+    ITEMS_DIR,
+    JUNIT,
+    MANIFEST,
+    PROGRESS_DIR,
+    REFUSALS_DIR,
+    REHEARSAL_NAME_PATTERN,
+    REHEARSAL_PROGRESS,
+    REHEARSAL_RECORD,
+    REHEARSALS_DIR,
+    REPORTS_DIR,
+    RUN_ID_PATTERN,
+    RUNS_DIR,
+    START_RECORD,
+    SUMMARY_DIR,
 )
-
-START_RECORD = "start.json"
-MANIFEST = "manifest.json"
-ITEM_LOG = "items.jsonl"
-JUNIT = "junit.xml"
-APPROVAL_COPY = "approval.json"
-ITEMS_DIR = "items"
-SUMMARY_DIR = "summary"
 
 # A manifest's status (prereg.records).
 COMPLETE = records.COMPLETE
@@ -61,7 +64,7 @@ def require_run_id(run_id: object) -> str:
 
 
 def runs_dir(root: Path) -> Path:
-    return Path(root) / "runs"
+    return Path(root) / RUNS_DIR
 
 
 def run_dir(root: Path, run_id: str) -> Path:
@@ -81,12 +84,12 @@ def contained(root: Path, path: Path) -> Path:
 
 def refusals_dir(root: Path) -> Path:
     """Refusal records (``runs/refusals/*.json``): a refusal spends no run id."""
-    return runs_dir(root) / "refusals"
+    return runs_dir(root) / REFUSALS_DIR
 
 
 def progress_dir(root: Path) -> Path:
     """Live progress logs and disk reserves of runs (outside the hashed run folders)."""
-    return runs_dir(root) / "progress"
+    return runs_dir(root) / PROGRESS_DIR
 
 
 def progress_log(root: Path, run_id: str) -> Path:
@@ -96,12 +99,12 @@ def progress_log(root: Path, run_id: str) -> Path:
 
 def audits_dir(root: Path) -> Path:
     """Stored audit verdicts (``runs/audits/<run-id>.json``, :mod:`prereg.verdicts`)."""
-    return runs_dir(root) / "audits"
+    return runs_dir(root) / AUDITS_DIR
 
 
 def reports_dir(root: Path) -> Path:
     """HTML reports (``runs/reports/``): beside the run folders, never inside one."""
-    return runs_dir(root) / "reports"
+    return runs_dir(root) / REPORTS_DIR
 
 
 def report_page(run_id: str) -> str:
@@ -305,15 +308,13 @@ def all_runs(root: Path) -> list[RunState]:
 
 # -- rehearsals: the same code path as a run, without an approval; never a run ----------------
 
-REHEARSAL_RECORD = "rehearsal.json"
-REHEARSAL_PROGRESS = "progress.log"
 # What every rehearsal prints and records: it proves nothing and spends nothing.
 REHEARSAL_NOTE = "rehearsal: not a run, nothing spent"
 
 
 def rehearsals_dir(root: Path) -> Path:
     """``runs/rehearsals/``: one folder per rehearsal, apart from the run folders."""
-    return runs_dir(root) / "rehearsals"
+    return runs_dir(root) / REHEARSALS_DIR
 
 
 class RehearsalLayout(RunFolder):
@@ -325,7 +326,7 @@ class RehearsalLayout(RunFolder):
     name: str
 
     def __init__(self, root: Path, name: str) -> None:
-        if not re.fullmatch(rf"{STAGE_NAME}-[0-9]{{8}}T[0-9]{{6}}Z(-[0-9]+)?", name):
+        if not REHEARSAL_NAME_PATTERN.match(name):
             raise RunIdError(f"rehearsal name {name!r} is not <stage>-YYYYMMDDTHHMMSSZ[-N]")
         self.root = Path(root)
         self.name = name

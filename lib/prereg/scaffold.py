@@ -53,7 +53,7 @@ from pathlib import Path, PurePosixPath
 from string import Template
 
 from prereg.provenance import pinned_environment
-from prereg.runs import STAGE_NAME
+from prereg.records import STAGE_NAME
 
 PYTEST_INI = """\
 [pytest]
