@@ -161,7 +161,7 @@ def test_an_installed_packages_harness_kind_reaches_the_default_registry(tmp_pat
     )
     monkeypatch.setattr(execution, "site_dirs", lambda: [str(site)])
     monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setattr(harness, "_installed", {})
+    monkeypatch.setattr(harness.HARNESS_POINT, "_loaded", {})
     monkeypatch.setattr(registry, "_origins", {})
     entry = {**H000, "kind": "toy-bm25"}
     (site / "toyharness_mod.py").write_text(TOY_HARNESS + "# edited after install\n")

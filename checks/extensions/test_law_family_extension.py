@@ -104,7 +104,7 @@ def site(tmp_path, monkeypatch):
     folder.mkdir()
     monkeypatch.setattr(execution, "site_dirs", lambda: [str(folder)])
     monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.setattr(laws, "_installed", {})
+    monkeypatch.setattr(laws.FAMILY_POINT, "_loaded", {})
     monkeypatch.setattr(registry, "_origins", {})
     yield folder
     for name in [m for m in sys.modules if m.startswith("toyfamily")]:

@@ -75,7 +75,7 @@ def site(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "_origins", {})
     monkeypatch.setattr(registry, "_points", dict(registry._points))
     monkeypatch.setattr(execution, "_built_in_entries", dict(execution._built_in_entries))
-    monkeypatch.setattr(stages, "_registered", dict(stages._registered))
+    monkeypatch.setattr(stages.KIND_POINT, "_loaded", {})
     yield folder
     for name in [m for m in sys.modules if m.startswith(("acmekinds", "acmevariants"))]:
         del sys.modules[name]
@@ -119,11 +119,14 @@ def test_the_entry_edited_after_install_is_refused_and_flagged(site):
     (site / "acmevariants_mod.py").write_text(VARIANT_MODULE + "# edited after install\n")
     (problem,) = registry.binding_problems(bound)
     assert f"{GROUP} 'fancy' was approved from acmevariants 1.0" in problem, problem
+    point = registry.declared_points()[GROUP]
+    assert point.load("fancy") is point.load("fancy"), "loaded once, kept for the process"
     registry._origins.clear()  # a new process: nothing loaded yet
+    point._loaded.clear()
     with pytest.raises(
         registry.NotInstalled, match=r"differs from the RECORD of acmevariants 1\.0; reinstall it"
     ):
-        registry.declared_points()[GROUP].load("fancy")
+        point.load("fancy")
 
 
 def test_other_code_reinstalled_under_the_same_version_is_refused_and_flagged(site):
@@ -228,3 +231,22 @@ def test_prereg_own_groups_are_well_formed_and_declared():
         assert registry.group_problem(group) is None
         assert group in registry.declared_points()
     assert api.ExtensionPoint is registry.ExtensionPoint
+
+
+def test_an_entry_registered_in_process_loads_and_a_built_in_name_or_wrong_object_is_refused(
+    monkeypatch,
+):
+    monkeypatch.setattr(registry, "_points", dict(registry._points))
+    monkeypatch.setattr(execution, "_built_in_entries", dict(execution._built_in_entries))
+    point = registry.ExtensionPoint("acme.register_check", {"plain": abs}, _callable, "variant")
+    point.register("mine", round)
+    assert point.load("mine") is round and point.registered() == ["mine"]
+    with pytest.raises(ValueError, match="variant 'plain' is built in"):
+        point.register("plain", round)
+    with pytest.raises(ValueError, match="is not a valid variant 'other'"):
+        point.register("other", 3)
+    assert point.load("plain") is abs and point.registered() == ["mine"]
+
+
+def _callable(name: str, obj: object) -> bool:
+    return callable(obj)

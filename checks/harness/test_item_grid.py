@@ -146,14 +146,20 @@ def _complete_run(root: Path, summary: object, kind_name: str) -> RunRecord:
 
 
 @pytest.fixture
-def headline_kind():
+def registered(monkeypatch):
+    """Kinds registered in this check only."""
+    monkeypatch.setattr(stages.KIND_POINT, "_loaded", {})
+    return stages.register_kind
+
+
+@pytest.fixture
+def headline_kind(registered):
     kind = stages.StageKind(
         name="test.headline",
         headline=api.headline_from("summary.json", "decision: {decision} ({n[low]})"),
     )
-    stages.register_kind(kind)
-    yield kind
-    stages._registered.pop(kind.name)
+    registered(kind)
+    return kind
 
 
 def test_a_complete_runs_headline_is_the_kinds_line_from_its_summary(tmp_path, headline_kind):
@@ -172,16 +178,13 @@ def test_a_headline_that_cannot_be_filled_says_so_in_its_place(tmp_path, headlin
     )
 
 
-def test_a_headline_that_is_not_text_says_so(tmp_path):
+def test_a_headline_that_is_not_text_says_so(tmp_path, registered):
     kind = stages.StageKind(name="test.headline-dict", headline=lambda context: {"a": 1})
-    stages.register_kind(kind)
-    try:
-        record = _complete_run(tmp_path, {}, kind.name)
-        assert headline(tmp_path, record) == (
-            "headline unreadable: the kind's headline returned dict, not a str"
-        )
-    finally:
-        stages._registered.pop(kind.name)
+    registered(kind)
+    record = _complete_run(tmp_path, {}, kind.name)
+    assert headline(tmp_path, record) == (
+        "headline unreadable: the kind's headline returned dict, not a str"
+    )
 
 
 def test_an_incomplete_run_or_a_kind_without_headline_has_none(tmp_path, headline_kind):

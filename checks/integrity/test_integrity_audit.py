@@ -130,7 +130,7 @@ def test_a_replay_is_claimed_only_when_one_ran(honest, monkeypatch):
 
     ran = []
     kind = stages.StageKind(name="plain", replay=lambda view: ran.append(view.stage) or [])
-    monkeypatch.setitem(stages._registered, "plain", kind)
+    monkeypatch.setattr(stages, "PLAIN", kind)
     result = audit_run(honest.root, honest.run_dir(RUN))
     assert result.verdict == "clean" and result.replayed and ran == ["toy"]
     skipped = audit_run(honest.root, honest.run_dir(RUN), replay=False)
@@ -144,7 +144,7 @@ def test_a_replay_that_crashes_is_a_finding(honest, monkeypatch):
     def crash(view):
         raise KeyError("summary_value")
 
-    monkeypatch.setitem(stages._registered, "plain", stages.StageKind(name="plain", replay=crash))
+    monkeypatch.setattr(stages, "PLAIN", stages.StageKind(name="plain", replay=crash))
     result = audit_run(honest.root, honest.run_dir(RUN))
     assert result.verdict == "findings" and result.replayed
     assert "replay of stage kind 'plain' failed" in result.findings[0]

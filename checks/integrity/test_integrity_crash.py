@@ -309,9 +309,7 @@ def _nan_summary(view):
     write_json(view.summary_dir / "score.json", {"score": math.nan})
 
 
-prereg.stages._registered["plain"] = dataclasses.replace(
-    prereg.stages.PLAIN, summarise=_nan_summary
-)
+prereg.stages.PLAIN = dataclasses.replace(prereg.stages.PLAIN, summarise=_nan_summary)
 """
 
 FAILING_PROBE = """

@@ -360,7 +360,7 @@ def test_stage_kinds_from_installed_distributions_need_a_recorded_module(tmp_pat
     fake_distribution(site, "toykinds", {"toykinds_mod.py": module}, {"entry_points.txt": points})
     monkeypatch.setattr(execution, "site_dirs", lambda: [str(site)])
     monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setattr(stages, "_registered", dict(stages._registered))
+    monkeypatch.setattr(stages.KIND_POINT, "_loaded", {})
     (site / "toykinds_mod.py").write_text(module + "# edited after install\n")
     with pytest.raises(stages.UnknownStageKind, match="differs from the RECORD of toykinds 1.0"):
         stages.load_kind("toy.extra")

@@ -351,6 +351,8 @@ class ExtensionPoint:
 
     Declaring ``group`` again with the same built-in names replaces the point (a module
     reloaded); with others it is refused, as two owners would then disagree about the group.
+    An entry loaded from an installed distribution is kept for the rest of the process, as
+    is one added in-process with :meth:`register`.
     """
 
     def __init__(
@@ -372,6 +374,8 @@ class ExtensionPoint:
         self.group, self.what = group, what
         self.built_in: dict[str, object] = dict(built_in)
         self._check = check
+        # Entries loaded from installed distributions, and those registered in-process.
+        self._loaded: dict[str, object] = {}
         _points[group] = self
         execution.declare_built_in(
             group, what, {name: _reference(value) for name, value in self.built_in.items()}
@@ -397,14 +401,30 @@ class ExtensionPoint:
         return value
 
     def load(self, name: str) -> object:
-        """Entry ``name``: the built-in one, else the one a recorded installed distribution
-        declares (:func:`load_installed`: its metadata and module file are read again on each
-        call, its module imported once; a caller that loads often keeps what it got). Raises
-        :class:`NotInstalled` with every reason found otherwise (:class:`ExtensionError` for a
-        broken built-in)."""
+        """Entry ``name``: the built-in one, else one :meth:`register` added, else the one a
+        recorded installed distribution declares (:func:`load_installed`, once per process:
+        what it loaded is kept). Raises :class:`NotInstalled` with every reason found
+        otherwise (:class:`ExtensionError` for a broken built-in)."""
         if name in self.built_in:
             return self._built_in_entry(name)
-        return load_installed(self.group, name, lambda obj: self.accepts(name, obj))
+        if name not in self._loaded:
+            self._loaded[name] = load_installed(
+                self.group, name, lambda obj: self.accepts(name, obj)
+            )
+        return self._loaded[name]
+
+    def register(self, name: str, obj: object) -> None:
+        """Add entry ``name`` in this process (a kind defined in a script, say); a built-in
+        name, or an object this point does not accept as ``name``, is refused."""
+        if name in self.built_in:
+            raise ValueError(f"{self.what} {name!r} is built in; register another name")
+        if not self.accepts(name, obj):
+            raise ValueError(f"{obj!r} is not a valid {self.what} {name!r} of {self.group!r}")
+        self._loaded[name] = obj
+
+    def registered(self) -> list[str]:
+        """The names loaded or registered in this process, beside the built-in ones (sorted)."""
+        return sorted(self._loaded)
 
     def origin(self, name: str) -> dict | None:
         """Where entry ``name`` comes from: ``{"built_in": "module:attribute"}`` for a built-in

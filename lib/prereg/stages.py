@@ -259,17 +259,16 @@ BUILT_IN_KINDS: dict[str, str] = {
     "e04.robustness": "prereg.e04.stage:KIND",
 }
 
-_registered: dict[str, StageKind] = {PLAIN.name: PLAIN}
-
 
 class UnknownStageKind(LookupError):
     pass
 
 
 def register_kind(kind: StageKind) -> None:
-    if kind.name in BUILT_IN_KINDS or kind.name == PLAIN.name:
+    """Add ``kind`` in this process, under its name (a built-in name is refused)."""
+    if kind.name == PLAIN.name:
         raise ValueError(f"stage kind {kind.name!r} is built in; register another name")
-    _registered[kind.name] = kind
+    KIND_POINT.register(kind.name, kind)
 
 
 def _is_kind(name: str, kind: object) -> bool:
@@ -344,12 +343,12 @@ def use_project_code(root: Path) -> None:
 def load_kind(name: str) -> StageKind:
     if is_project_kind(name):
         return _project_kind(name)  # imported each time: the module system caches it
-    if name in _registered and name not in BUILT_IN_KINDS:  # built-in kinds have one home
-        return _registered[name]
+    if name == PLAIN.name:
+        return PLAIN
     try:
-        kind = KIND_POINT.load(name)
+        return KIND_POINT.load(name)  # an installed kind: loaded once per process
     except registry.NotInstalled as missing:
-        known = sorted(set(_registered) | set(BUILT_IN_KINDS))
+        known = sorted({PLAIN.name, *BUILT_IN_KINDS, *KIND_POINT.registered()})
         why = f" ({'; '.join(missing.reasons)})" if missing.reasons else ""
         raise UnknownStageKind(
             f"stage kind {name!r} is not built in nor installed{why}; known kinds: {known} "
@@ -358,9 +357,6 @@ def load_kind(name: str) -> StageKind:
         ) from None
     except registry.ExtensionError as broken:
         raise UnknownStageKind(str(broken)) from None
-    if name not in BUILT_IN_KINDS:
-        _registered[name] = kind  # loaded once per process
-    return kind
 
 
 def kind_origin(name: str) -> dict:

@@ -479,9 +479,6 @@ BUILT_IN_HARNESS_KINDS: tuple[HarnessKind, ...] = (
     HarnessKind("bm25+dense-rrf", fused_spec_from_plan, FusedIndex),
 )
 
-# kind name -> HarnessKind loaded from a recorded installed distribution (once per process)
-_installed: dict[str, HarnessKind] = {}
-
 
 def _is_harness_kind(name: str, found: object) -> bool:
     return isinstance(found, HarnessKind) and found.kind == name
@@ -503,9 +500,7 @@ def installed_kind(name: str) -> HarnessKind:
     """
     if name in HARNESS_POINT.built_in:
         raise registry.NotInstalled(ENTRY_POINT_GROUP, name, [f"{name!r} is built in"])
-    if name not in _installed:
-        _installed[name] = HARNESS_POINT.load(name)
-    return _installed[name]
+    return HARNESS_POINT.load(name)
 
 
 class HarnessRegistry:

@@ -205,8 +205,6 @@ BUILT_IN_FAMILIES: dict[str, LawFamily] = {HIDDEN_MARKOV_ERASURE: hidden_markov_
 FAMILY_POINT = extensions.ExtensionPoint(
     extensions.LAW_FAMILIES, BUILT_IN_FAMILIES, lambda name, build: callable(build), "law family"
 )
-# Families loaded from installed distributions in this process: name -> builder.
-_installed: dict[str, LawFamily] = {}
 
 
 def installed_family(name: str) -> LawFamily:
@@ -217,9 +215,7 @@ def installed_family(name: str) -> LawFamily:
     """
     if name in BUILT_IN_FAMILIES:
         raise LawError(f"law family {name!r} is built in; it is never read from package metadata")
-    if name not in _installed:
-        _installed[name] = FAMILY_POINT.load(name)
-    return _installed[name]
+    return FAMILY_POINT.load(name)
 
 
 def family_origin(name: str) -> dict | None:
