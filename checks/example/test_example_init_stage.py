@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from prereg import scaffold
 from prereg.provenance import pinned_environment
-from prereg.runs import STAGE_NAME
+from prereg.records import STAGE_NAME
 from prereg.testing import ScratchProject
 
 pytestmark = pytest.mark.software

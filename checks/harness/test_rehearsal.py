@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from prereg import runs
+from prereg import records, runs
 from support.toy import ToyRepo, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
@@ -75,7 +75,7 @@ def test_the_audit_never_takes_a_rehearsal_for_evidence(rehearsed, tmp_path):
     # Copied where a run's folder would be, it is still no run.
     fake = tmp_path / "runs" / RUN_ID
     shutil.copytree(layout.folder, fake)
-    (fake / runs.START_RECORD).write_text("{}")
+    (fake / records.START_RECORD).write_text("{}")
     audit = toy.prereg("audit", str(fake), "--repo", str(toy.root))
     assert audit.returncode == 1 and "rehearsal is never evidence" in audit.stdout, audit.stdout
 

@@ -21,7 +21,7 @@ from prereg.approval import (
     write_refusal,
 )
 from prereg.gate import Refusal
-from prereg.runs import RUN_ID_PATTERN, STAGE_NAME
+from prereg.records import RUN_ID_PATTERN, STAGE_NAME
 from prereg.status import COMMITTED, EDITED, NOT_COMMITTED, commit_state, project_status, render
 from prereg.testing import ScratchProject
 from support.toy import ToyRepo, make_toy_repo, stage_spec

@@ -26,8 +26,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prereg import ledger, manifest
-from prereg.runs import INCOMPLETE, ITEM_LOG, MANIFEST
-from prereg.testing import terminal_signals
+from prereg.records import INCOMPLETE, ITEM_LOG, MANIFEST
+from prereg.testing import outer_environment, terminal_signals
 from support.toy import ToyRepo, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
@@ -140,7 +140,7 @@ def test_ctrl_c_of_a_two_worker_run_keeps_every_finished_item_and_hashes_the_res
     # Ctrl-C in a terminal: SIGINT to the controller and its workers at once (their own
     # process group here, so the signal reaches no one else).
     toy = misbehaving(tmp_path, "ctrl-c", cell=0)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    env = outer_environment()
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--research-stage=toy"]

@@ -175,7 +175,7 @@ def test_every_outcome_the_controller_gives_is_in_the_taxonomy(phases):
     )
 
 
-RUN_IDS = st.from_regex(rf"\A{runs.STAGE_NAME}-[0-9]{{8}}-[0-9]{{3}}\Z").filter(
+RUN_IDS = st.from_regex(rf"\A{records.STAGE_NAME}-[0-9]{{8}}-[0-9]{{3}}\Z").filter(
     lambda s: len(s) <= 40
 )
 

@@ -39,8 +39,16 @@ from prereg.hashing import (
     sha256_file,
     write_json,
 )
-from prereg.records import MANIFEST_FORMAT, UNKNOWN, approval_record
-from prereg.runs import COMPLETE, INCOMPLETE, ITEM_LOG, ITEMS_DIR, RunFolder, RunLayout
+from prereg.records import (
+    COMPLETE,
+    INCOMPLETE,
+    ITEM_LOG,
+    ITEMS_DIR,
+    MANIFEST_FORMAT,
+    UNKNOWN,
+    approval_record,
+)
+from prereg.runs import RunFolder, RunLayout
 
 FORMAT = MANIFEST_FORMAT
 
