@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from prereg.audit import audit_run_cached
+from prereg.testing import outer_environment
 from support.e04_project import check_plan, make_project
 
 pytestmark = pytest.mark.software
@@ -32,7 +33,7 @@ def _watch(project, run_id: str, *args: str) -> tuple[subprocess.CompletedProces
     log = project.root / "runs" / "progress" / f"{run_id}.log"
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--research-stage=e04"]
     command += ["--run-id", run_id, *args]
-    outer = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    outer = outer_environment()
     outer["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{outer.get('PATH', '')}"
     process = subprocess.Popen(
         command,

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from prereg.cli import CLOSED_PIPE_EXIT
 from prereg.report.model import RunRecord, outcome_summary
-from prereg.testing import terminal_signals
+from prereg.testing import outer_environment, terminal_signals
 from support.toy import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
@@ -115,7 +115,7 @@ def test_a_closed_pipe_ends_a_command_quietly(ran, command):
     repo, _ = ran
     read_end, write_end = os.pipe()
     os.close(read_end)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    env = outer_environment()
     try:
         done = subprocess.run(
             [sys.executable, "-m", "prereg.cli", *command],

@@ -9,7 +9,6 @@ a run that cannot be checked against git exits 3.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from hypothesis import strategies as st
 from prereg import ledger
 from prereg.hashing import sha256_file, write_json
 from prereg.records import COMPLETE_FIELDS, MANIFEST_FIELDS
+from prereg.testing import ScratchProject, outer_environment
 from support.toy import ToyRepo, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
@@ -643,34 +643,22 @@ def test_a_bound_input_edited_after_the_run_is_a_finding(tmp_path):
 # -- could not audit ------------------------------------------------------------------------------
 
 
-def _prereg(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "prereg.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
 def test_a_run_folder_outside_any_git_repository_could_not_be_audited(honest, tmp_path):
     outside = tmp_path / "loose"
     shutil.copytree(honest.run_dir(RUN), outside / RUN)
-    done = _prereg(outside, "audit", RUN)
+    done = ScratchProject(outside).prereg("audit", RUN)
     assert done.returncode == 3, done.stdout + done.stderr
     assert "could not audit" in done.stdout and "not a git repository" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
     assert sorted(p.name for p in outside.iterdir()) == [RUN], "nothing written beside the run"
-    again = _prereg(outside, "audit", RUN, "--repo", str(honest.root))
+    again = ScratchProject(outside).prereg("audit", RUN, "--repo", str(honest.root))
     assert again.returncode == 0, again.stdout + again.stderr
 
 
 def test_without_git_the_run_could_not_be_audited(honest, tmp_path):
     bare = tmp_path / "bin"
     bare.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    env = outer_environment()
     env["PATH"] = str(bare)  # no git on the PATH
     done = subprocess.run(
         [sys.executable, "-m", "prereg.cli", "audit", f"runs/{RUN}"],

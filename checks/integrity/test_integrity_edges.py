@@ -32,6 +32,7 @@ from prereg.hashing import (
 )
 from prereg.manifest import build_manifest, hash_item_folders, irregular_reason
 from prereg.runs import RunIdError, RunLayout, check_run_id, require_run_id, valid_run_id
+from prereg.testing import outer_environment
 from support.toy import EXPERIMENT, ToyRepo, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
@@ -51,7 +52,7 @@ def plain(tmp_path_factory) -> ToyRepo:
 
 def bounded(toy: ToyRepo, *args: str) -> subprocess.CompletedProcess:
     """A prereg command in ``toy``; one that blocks (on a FIFO) fails instead of hanging."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    env = outer_environment()
     done = subprocess.run(
         [sys.executable, "-m", "prereg.cli", *args],
         cwd=toy.root,

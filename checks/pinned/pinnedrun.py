@@ -13,6 +13,8 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
+from prereg.testing import outer_environment
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -39,7 +41,7 @@ def clone(base: Path, plan: dict | None = None, plan_path: str | None = None) ->
 
 def run_stage(root: Path, python: str, stage: str, plan: str, *, workers: int = 2) -> Path:
     """Approve (naming this stack's deviations), commit, run and audit ``stage``; the run folder."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    env = outer_environment()
     env["PYTHONPATH"] = str(root / "lib")
     env["PATH"] = f"{Path(python).parent}{os.pathsep}{env.get('PATH', '')}"
     run_id = f"{stage}-{datetime.now(timezone.utc).strftime('%Y%m%d')}-001"

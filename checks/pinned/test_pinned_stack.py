@@ -25,6 +25,8 @@ import pinnedrun
 import pytest
 from pinnedcompare import compare_runs
 
+from prereg.testing import outer_environment
+
 pytestmark = [pytest.mark.software, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,7 +124,7 @@ def test_the_pinned_venv_has_the_plans_versions(pinned_python):
 
 
 def test_statistics_and_harness_checks_pass_on_the_pinned_stack(pinned_python):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    env = outer_environment()
     args = ["-m", "software", "-p", "no:cacheprovider", "-q", "-n", "2"]
     for nodeid in DESELECT_ON_PINNED:
         args += ["--deselect", nodeid]

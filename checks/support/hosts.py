@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from prereg.testing import outer_environment
+
 # Seconds a socket server may take to listen, and to stop.
 HOST_START_SECONDS = 30
 HOST_STOP_SECONDS = 10
@@ -90,7 +92,7 @@ def start_socket_host(
     ``clone``, inside its own mount namespace where ``hide`` (the controller's checkout) is
     an empty tmpfs."""
     port = _free_port()
-    outer = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    outer = outer_environment()
     script = 'mount -t tmpfs -o size=1m prereg-hidden "$1" && exec "$2" -u -m "$3" "$4"'
     log = clone.parent / f"{clone.name}-server.log"
     with open(log, "w") as out:

@@ -7,7 +7,6 @@ the whole pipeline in seconds: the clone is of the checkout the checks run from
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from prereg import gitrepo
 from prereg.demo import DemoStep, run_demo
+from prereg.testing import ScratchProject
 from support.checkout import CHECKOUT
 
 TINY = "plans/demo/TINY_PLAN.json"
@@ -107,12 +107,7 @@ def run_pipeline(clone: Path, stage_steps: list[DemoStep]) -> Path:
 
 
 def prereg(root: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(root / "lib"))
-    return subprocess.run(
-        [sys.executable, "-m", "prereg.cli", *args],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
+    """A prereg command in the clone ``root``, with the clone's own ``lib/`` first."""
+    return ScratchProject(root).run(
+        sys.executable, "-m", "prereg.cli", *args, env={"PYTHONPATH": str(root / "lib")}
     )

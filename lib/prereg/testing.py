@@ -3,7 +3,9 @@
 :class:`ScratchProject` runs ``git``, ``prereg`` and ``pytest`` in subprocesses with this
 interpreter, so a test exercises the real gate, workers and manifests; a user's tests of
 their own stages use it, and so do the project's checks. :func:`terminal_signals` restores
-a terminal's SIGINT, SIGQUIT and SIGHUP in a child process. Importable without pytest.
+a terminal's SIGINT, SIGQUIT and SIGHUP in a child process; :func:`outer_environment` is
+this process's environment without the test runner's own variables. Importable without
+pytest.
 """
 
 from __future__ import annotations
@@ -54,8 +56,7 @@ class ScratchProject:
 
         The outer ``PYTEST_*`` and ``COV_*`` variables are dropped; ``env`` then sets
         variables of its own (for example ``PYTEST_ADDOPTS`` or ``PYTHONPATH``)."""
-        outer = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
-        env = {**outer, **(env or {})}
+        env = outer_environment(**(env or {}))
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         done = subprocess.run(
             list(args),
@@ -113,6 +114,13 @@ class ScratchProject:
 
     def manifest(self, run_id: str) -> dict:
         return json.loads(self.layout(run_id).manifest.read_text())
+
+
+def outer_environment(**overrides: str) -> dict[str, str]:
+    """This process's environment without the ``PYTEST_*`` and ``COV_*`` variables the test
+    runner sets for itself (a child pytest would read them as its own), then ``overrides``."""
+    outer = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    return {**outer, **overrides}
 
 
 def terminal_signals() -> None:
