@@ -22,7 +22,7 @@ pytestmark = pytest.mark.software
 TEST_ONLY_NAMES = {"scratch", "testing", "conftest", "support"}
 # ... except the module users test their own stages with, holding only these names.
 USER_TESTING = "prereg/testing.py"
-USER_TESTING_NAMES = {"ScratchProject", "terminal_signals"}
+USER_TESTING_NAMES = {"ScratchProject", "outer_environment", "terminal_signals"}
 
 
 def scaffold_files(files: list[str]) -> list[str]:
