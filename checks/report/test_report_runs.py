@@ -200,6 +200,21 @@ def test_report_all_writes_every_page_and_the_index(toy_runs):
         assert f'href="{path.rsplit("/", 1)[-1]}"' in index
 
 
+def test_every_page_and_the_index_read_each_runs_plan_from_git_once(toy_runs, monkeypatch):
+    from prereg import gitrepo
+    from prereg.report import index_rows, model
+
+    shown = []
+    real = gitrepo.show_bytes
+    monkeypatch.setattr(gitrepo, "show_bytes", lambda *a: shown.append(a[1:]) or real(*a))
+    model._committed_file.cache_clear()
+    records = [r for r in every_run(toy_runs.root) if r.manifest]
+    pages = [render_report(toy_runs.root, r, audit="none") for r in records]
+    rows = index_rows(toy_runs.root, records, audit="none")
+    assert len(pages) == len(rows) == len(records) and shown
+    assert len(shown) == len(set(shown)), f"a plan was read from git twice: {shown}"
+
+
 def test_report_of_a_folder_that_is_not_a_run_is_refused_with_its_name(toy_runs):
     done = toy_runs.prereg("report", "plans", check=False)
     assert done.returncode == 2

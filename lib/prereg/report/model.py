@@ -8,6 +8,7 @@ status ``refused``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -255,6 +256,15 @@ def outcome_summary(record: RunRecord) -> str:
     return f"{text}; {others}" if others else text
 
 
+@functools.lru_cache(maxsize=64)
+def _committed_file(root: str, commit: str, rel: str) -> bytes | None:
+    """File ``rel`` at ``commit`` (None when git has no such commit), read once per process:
+    a report of every run reads each run's plan for its page and again for the index."""
+    if not gitrepo.commit_exists(root, commit):
+        return None
+    return gitrepo.show_bytes(root, commit, rel)
+
+
 def plan_at_run(root: Path, record: RunRecord) -> tuple[dict | None, str]:
     """The plan as it was at the run's source commit, and where it was read from.
 
@@ -271,8 +281,8 @@ def plan_at_run(root: Path, record: RunRecord) -> tuple[dict | None, str]:
         return None, "no plan path recorded"
     if commit:
         try:
-            if gitrepo.commit_exists(root, commit):
-                data = gitrepo.show_bytes(root, commit, rel)
+            data = _committed_file(str(root), commit, rel)
+            if data is not None:
                 source = f"{rel} at {commit[:12]}"
                 return parse_json(data, what="plan", source=source), source
         except (gitrepo.GitError, ValueError):

@@ -25,7 +25,7 @@ from prereg.report.model import (
     plan_at_run,
     refusals,
 )
-from prereg.report.sections import SectionContext, section_for
+from prereg.report.sections import SectionContext, kind_named, section_for
 from prereg.runs import RunLayout, all_runs, reports_dir, reports_index, valid_run_id
 
 AUDIT_MODES = ("full", "cached", "none")
@@ -152,7 +152,8 @@ def headline(root: Path, record: RunRecord) -> str | None:
         return None
     plan, _ = plan_at_run(root, record)
     kind = _kind(plan, record.stage)
-    line = section_for(kind, "headline")
+    found = kind_named(kind)
+    line = found.headline if found is not None else None
     if line is None:
         return None
     try:

@@ -16,7 +16,7 @@ from typing import Callable
 
 from prereg.hashing import read_json
 from prereg.report.model import RunRecord
-from prereg.stages import UnknownStageKind, load_kind
+from prereg.stages import StageKind, UnknownStageKind, load_kind
 
 
 @dataclass(frozen=True)
@@ -42,13 +42,18 @@ class SectionContext:
 SectionRenderer = Callable[[SectionContext], str]
 
 
-def section_for(kind: str | None, part: str = "render") -> SectionRenderer | None:
-    """A stage kind's ``render`` (or its ``headline``: ``part``), or None when the kind is
-    unknown here or gives none (the report shows header and items only)."""
+def kind_named(kind: str | None) -> StageKind | None:
+    """The stage kind named ``kind``, or None when the run names none or the kind is unknown
+    here (its report then shows header and items only)."""
     if kind is None:
         return None
-
     try:
-        return getattr(load_kind(kind), part)
+        return load_kind(kind)
     except UnknownStageKind:
         return None
+
+
+def section_for(kind: str | None) -> SectionRenderer | None:
+    """A stage kind's ``render``, or None when the kind is unknown here or gives none."""
+    found = kind_named(kind)
+    return found.render if found is not None else None
