@@ -296,6 +296,20 @@ def test_a_committed_conftest_that_changes_the_stages_items_is_refused_before_sp
     assert not (toy.root / "runs" / RUN).exists()
 
 
+def test_a_committed_plugin_the_root_conftest_loads_that_drops_items_is_refused_and_named(toy):
+    """``pytest_plugins`` in the root conftest.py loads a committed module that drops an
+    item: the listing loads no conftest, so neither the module; the refusal names it."""
+    (toy.root / "experiments" / "dropper.py").write_text(MODIFY_ITEMS.format("del items[-1:]"))
+    (toy.root / "conftest.py").write_text(
+        'pytest_plugins = ("prereg.plugin", "experiments.dropper")\n'
+    )
+    toy.commit("The root conftest loads a committed dropper")
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy")
+    refused(toy, done, "whole-stage", "missing (1)", "experiments/dropper.py")
+    assert not (toy.root / "runs" / RUN).exists()
+
+
 def test_a_bound_input_edited_after_the_gate_is_not_used(tmp_path):
     toy = make_toy_repo(tmp_path / "inputs", {"toy": stage_spec("toy", inputs=["data"])})
     data = tmp_path / "data.txt"
