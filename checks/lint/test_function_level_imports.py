@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import io
+import keyword
 import tokenize
 from pathlib import Path
 
@@ -134,7 +135,10 @@ def test_a_comment_in_a_string_or_after_a_blank_line_is_no_reason():
 
 
 @given(
-    module=st.from_regex(r"[a-z][a-z0-9_]{0,8}(\.[a-z][a-z0-9_]{0,8}){0,2}", fullmatch=True),
+    # Dotted names whose every part can be imported: a keyword ("as", "if") is no name.
+    module=st.from_regex(r"[a-z][a-z0-9_]{0,8}(\.[a-z][a-z0-9_]{0,8}){0,2}", fullmatch=True).filter(
+        lambda name: not any(keyword.iskeyword(part) for part in name.split("."))
+    ),
     place=st.sampled_from(["none", "same", "above", "module"]),
     depth=st.integers(min_value=1, max_value=3),
 )
