@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
+from prereg.stats._scipy import distributions
 from prereg.stats._validation import StatsInputError, check_int, check_probability
 
 __all__ = [
@@ -74,7 +74,7 @@ def clopper_pearson_upper(successes: int, trials: int, alpha: float) -> float:
         return 1.0
     if x == 0:
         return float(1.0 - alpha ** (1.0 / n))
-    return float(stats.beta.ppf(1.0 - alpha, x + 1, n - x))
+    return float(distributions().beta.ppf(1.0 - alpha, x + 1, n - x))
 
 
 def clopper_pearson_interval(successes: int, trials: int, alpha: float) -> ConfidenceInterval:
@@ -110,8 +110,8 @@ def clopper_pearson_interval(successes: int, trials: int, alpha: float) -> Confi
         low = tail ** (1.0 / n)
         high = 1.0
     else:
-        low = float(stats.beta.ppf(tail, x, n - x + 1))
-        high = float(stats.beta.ppf(1.0 - tail, x + 1, n - x))
+        low = float(distributions().beta.ppf(tail, x, n - x + 1))
+        high = float(distributions().beta.ppf(1.0 - tail, x + 1, n - x))
     return ConfidenceInterval(low=float(low), high=float(high))
 
 

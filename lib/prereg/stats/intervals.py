@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
+from prereg.stats._scipy import distributions
 from prereg.stats._validation import (
     StatsInputError,
     check_finite_array,
@@ -104,7 +104,7 @@ def bonferroni_t_critical(*, n: int, alpha: float, family_size: int) -> float:
     n = check_int("n", n, 2)
     alpha = check_probability("alpha", alpha)
     family_size = check_int("family_size", family_size, 1)
-    return float(stats.t.ppf(1.0 - alpha / (2.0 * family_size), n - 1))
+    return float(distributions().t.ppf(1.0 - alpha / (2.0 * family_size), n - 1))
 
 
 def replicate_mean_t_interval(

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
+from prereg.stats._scipy import distributions
 from prereg.stats._validation import (
     StatsInputError,
     check_finite_array,
@@ -101,7 +101,7 @@ def simultaneous_upper_sd_bounds(
         )
     df = check_int("df", df, 1)
     alpha = check_probability("alpha", alpha)
-    quantile = stats.chi2.ppf(alpha / family_size, df)
+    quantile = distributions().chi2.ppf(alpha / family_size, df)
     return values * np.sqrt(df / quantile)
 
 
