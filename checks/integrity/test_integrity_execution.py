@@ -346,6 +346,24 @@ def test_planted_bytecode_in_the_harness_installed_machinery_is_refused(tmp_path
     assert len(found) == 1 and str(pyc) in found[0] and "reinstall pluggy" in found[0], found
 
 
+@pytest.mark.parametrize("session_follows", [False, True], ids=["session", "launcher"])
+def test_a_launcher_leaves_to_its_session_the_bytecode_the_session_loads_again(
+    monkeypatch, session_follows
+):
+    """The installed harness and an editable install's checkout are loaded by the hermetic
+    session from the same files, and its gate compares their bytecode; the launcher judges
+    only the approved checkout's working tree, which the session never loads."""
+    env = execution.Environment.read(REPO)
+    editable = execution.Checkout(top="/elsewhere", blobs={}, others=[], ignored=[], strict=False)
+    env.checkouts = [env.root, editable]
+    monkeypatch.setattr(execution, "_installed_bytecode_problems", lambda *_: ["harness pyc"])
+    monkeypatch.setattr(execution, "_ignored_problems", lambda checkout, _: [checkout.top])
+    found = execution.problems(REPO, [], env=env, session_follows=session_follows)
+    assert env.root.top in found, found
+    assert ("harness pyc" in found) is not session_follows, found
+    assert ("/elsewhere" in found) is not session_follows, found
+
+
 def test_the_real_environment_pth_files_and_packages_pass():
     """setuptools' distutils-precedence.pth and prereg's editable-install .pth are recorded."""
     env = execution.Environment.read(REPO)

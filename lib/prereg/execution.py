@@ -848,6 +848,7 @@ def problems(
     worker: bool = False,
     snapshot=None,
     env: Environment | None = None,
+    session_follows: bool = False,
 ) -> list[str]:
     """Each way this process's code escapes the approved checkout and recorded packages.
 
@@ -855,6 +856,11 @@ def problems(
     and says what to do. ``worker``: an xdist worker, whose ``__main__`` is execnet's
     bootstrap (code given on its command line by xdist, a recorded package). ``env``: the
     :meth:`Environment.read` of ``root`` and ``snapshot`` when the caller has it already.
+    ``session_follows``: this process is a launcher; the hermetic session it becomes loads the
+    installed harness and every editable install's checkout from the same files and compares
+    their bytecode and ignored files itself, before anything is spent. The launcher judges
+    only the code that it alone runs: the approved checkout's working tree (a planted pyc a
+    conftest imports), its loaded modules, paths and ``.pth`` files.
     """
     env = env or Environment.read(Path(root), snapshot)
     if env.root is None:
@@ -868,7 +874,7 @@ def problems(
         )
     files = loaded_files(plugins)
     found += _module_problems(env, files)
-    found += _installed_bytecode_problems(env, files)
+    found += [] if session_follows else _installed_bytecode_problems(env, files)
     found += [] if worker else _main_problems()
     # The controller judges the gateways it opens; a worker's own --tx (xdist's -n replaces
     # the controller's, not the worker's) says nothing about where it runs.
@@ -876,7 +882,8 @@ def problems(
     found += _path_problems(env)
     found += _pth_problems(env)
     for checkout in env.checkouts:
-        found += _ignored_problems(checkout, plugins)
+        if checkout.strict or not session_follows:
+            found += _ignored_problems(checkout, plugins)
     return found
 
 

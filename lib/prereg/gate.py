@@ -440,6 +440,7 @@ def gather(
     at_approval: bool = False,
     approvals: Sequence = (),
     snapshot=None,
+    session_follows: bool = False,
 ) -> Gathered:
     """Read every fact the conditions need from the checkout, git and this process.
 
@@ -447,7 +448,10 @@ def gather(
     (:func:`prereg.approval.list_approvals`), for the single-attempt and seed-namespace
     conditions. ``snapshot`` (a :class:`prereg.snapshot.Snapshot`): this process's code runs
     from that folder, not from the checkout; the plan, the baseline's files and the code are
-    read there, the approval, runs and git records in the checkout."""
+    read there, the approval, runs and git records in the checkout. ``session_follows``: this
+    process is the launcher of a hermetic session, whose own gate judges the environment lock
+    and the bytecode of the installed harness again (:func:`prereg.execution.problems`); the
+    launcher leaves both to it."""
     root = Path(root)
     record_rel = Path(record_path).relative_to(root).as_posix()
     head = gitrepo.head_commit(root)
@@ -532,9 +536,13 @@ def gather(
             if namespace is not None and a.data["seed_namespace"] == namespace and a.stage != stage
         ),
         deviations_now=tuple(deviations_now),
-        execution_problems=tuple(execution.problems(code, plugins or [], env=environment)),
+        execution_problems=tuple(
+            execution.problems(
+                code, plugins or [], env=environment, session_follows=session_follows
+            )
+        ),
         input_problems=tuple(problems),
-        environment_lock_now=None if at_approval else envlock.lock(),
+        environment_lock_now=None if at_approval or session_follows else envlock.lock(),
         irregular=irregular,
         module_missing=(
             spec["module"] if spec.get("module") and not (code / spec["module"]).is_file() else None

@@ -51,11 +51,13 @@ class Controller(XdistBridge, TerminalOutput):
         self.snapshot: snapshots.Snapshot | None = None
         self.environment: execution.Environment | None = None  # what the gate judged against
 
-    def check_gate(self) -> gate.Gathered:
+    def check_gate(self, *, session_follows: bool = False) -> gate.Gathered:
         """Gather the facts and check every run condition; refuse (usage error) if one fails.
 
         A hermetic session (code in a snapshot) first proves its snapshot: the tree id of its
-        folder, recomputed from the bytes on disk, must be HEAD's tree."""
+        folder, recomputed from the bytes on disk, must be HEAD's tree. ``session_follows``:
+        this is the launcher, and the session's gate judges what it loads again
+        (:func:`prereg.gate.gather`)."""
         settings = self.settings
         record = approvals.load_approval(Path(settings.approval_path))
         self.approval = record
@@ -72,6 +74,7 @@ class Controller(XdistBridge, TerminalOutput):
                 run_id_asked=self.config.option.prereg_run_id,
                 plugins=self.config.pluginmanager.list_name_plugin(),
                 snapshot=snapshot,
+                session_follows=session_follows,
             )
         except gitrepo.GitError as err:
             self.refuse([gate.Refusal("git", f"{err}. {GIT_FIX}")])

@@ -52,7 +52,8 @@ def launch(config: pytest.Config) -> None:
     root = Path(config.rootpath)
     settings = resolve_research_run(config, root)
     launcher = Controller(config, settings)
-    approved = launcher.check_gate().facts.head  # the commit the gate judged, and no other
+    # the commit the gate judged, and no other
+    approved = launcher.check_gate(session_follows=True).facts.head
     checkout = Path(gitrepo.toplevel(root))
     handoff = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     if handoff:  # a SIGTERM from now on leaves no snapshot behind
