@@ -338,6 +338,26 @@ def test_a_research_run_with_the_option_is_refused_unspent(approved, args, sente
     assert_refused_unspent(approved, research_run(approved, *args), sentence)
 
 
+@settings(max_examples=60, deadline=None)
+@given(value=st.text(alphabet=st.sampled_from(" \tabc._"), max_size=8))
+def test_pytest_plugins_is_refused_exactly_when_it_names_something(value):
+    found = options.refused_variables({"PYTEST_PLUGINS": value})
+    assert bool(found) == bool(value.strip()), found
+    assert all(f"PYTEST_PLUGINS={value.strip()} is not passed" in s for s in found), found
+    assert options.refused_variables({}) == []
+
+
+def test_a_research_run_with_pytest_plugins_set_is_refused_unspent(approved):
+    """The session never receives PYTEST_PLUGINS: a plugin it names would load in the
+    launcher only, and an item needing its fixture would fail with the run id spent."""
+    done = approved.run(
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--research-stage=toy",
+        env={"PYTEST_PLUGINS": "json"},
+    )  # fmt: skip
+    assert_refused_unspent(approved, done, "PYTEST_PLUGINS=json is not passed to the hermetic")
+    assert "pytest_plugins" in done.stderr, done.stderr
+
+
 def test_after_a_refused_fixtures_listing_the_stage_runs_whole_under_its_approval(approved):
     done = research_run(approved, "--fixtures")
     assert_refused_unspent(approved, done, "--fixtures lists fixtures and runs no item")

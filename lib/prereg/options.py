@@ -17,7 +17,7 @@ pytest's own parser.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -207,6 +207,27 @@ NEEDED_REGISTRATIONS: dict[str, str] = {
     "dsession": "xdist's distribution of the items over the -n workers",
     "terminaldistreporter": "xdist's terminal report of its workers",
 }
+
+
+# The variable that names plugins to load, which the hermetic session never receives
+# (prereg.hermetic.PASSED_VARIABLES): the launcher would load them and the session not.
+PLUGINS_VARIABLE = "PYTEST_PLUGINS"
+
+
+def refused_variables(environ: Mapping[str, str]) -> list[str]:
+    """One sentence when ``environ`` sets :data:`PLUGINS_VARIABLE` to anything but blanks:
+    the items run in the hermetic session, which never receives it, so a plugin it names
+    (a fixture, a hook) would silently not load there and the run could fail spent."""
+    value = (environ.get(PLUGINS_VARIABLE) or "").strip()
+    if not value:
+        return []
+    why = (
+        f"{PLUGINS_VARIABLE}={value} is not passed to the hermetic session that runs the "
+        "items, so what it names would not load there: name a committed plugin module in the "
+        "root conftest.py's pytest_plugins, install a plugin package (its pytest11 entry "
+        f"point loads it), or unset {PLUGINS_VARIABLE}"
+    )
+    return [why]
 
 
 def refused_options(

@@ -248,7 +248,7 @@ def resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fals
             *config.invocation_params.args,
         ],
         installed_plugins=hermetic.installed_plugins(),
-    )
+    ) + options.refused_variables(os.environ)
     if not listing and refused:
         raise pytest.UsageError(options.refusal_message(stage, refused))
     try:
