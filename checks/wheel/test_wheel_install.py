@@ -192,6 +192,47 @@ def test_a_plugin_installed_after_approval_is_refused_and_never_loads(venv, tmp_
     assert all(b'"x": [0, 0, 0]' not in data for data in results.values()), results
 
 
+# Run by the venv's own Python: replaces pluggy's cached bytecode of pluggy/_hooks.py with a
+# compilation of other source under a header that still matches, so Python would load it.
+PLANT_PLUGGY_PYC = """
+import importlib.util, marshal, sys, pluggy._hooks as hooks
+from pathlib import Path
+source = Path(hooks.__file__)
+pyc = Path(importlib.util.cache_from_source(str(source)))
+if sys.argv[1] == "plant":
+    Path(sys.argv[2]).write_bytes(pyc.read_bytes())
+    st = source.stat()
+    code = compile(source.read_text() + "\\nPLANTED = 1\\n", str(source), "exec", dont_inherit=True)
+    header = (0).to_bytes(4, "little") + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+    header += (st.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    pyc.write_bytes(importlib.util.MAGIC_NUMBER + header + marshal.dumps(code))
+else:
+    pyc.write_bytes(Path(sys.argv[2]).read_bytes())
+print(pyc)
+"""
+
+
+def test_planted_bytecode_of_the_installed_harness_is_refused_by_the_session(venv, tmp_path):
+    """The launcher leaves the installed harness's bytecode to the session, which loads the
+    same files: a planted pluggy pyc is refused there, before the run id is spent."""
+    study = new_study(tmp_path / "work", venv)
+    env = user_env(venv)
+    run_id = f"{STAGE}-{time.strftime('%Y%m%d', time.gmtime())}-001"
+    ok(approve(study, venv, run_id))
+    commit(study, env, f"Approve {run_id}")
+    saved = tmp_path / "genuine.pyc"
+    python = str(venv / "bin" / "python")
+    pyc = ok(run([python, "-c", PLANT_PLUGGY_PYC, "plant", str(saved)], study, env)).stdout.strip()
+    try:
+        done = run([venv / "bin" / "pytest", f"--research-stage={STAGE}"], study, env)
+        assert done.returncode == 4, done.stdout + done.stderr
+        assert f"[execution] bytecode {pyc} of pluggy" in done.stderr, done.stderr
+        assert not (study / "runs" / run_id / "start.json").exists()
+    finally:
+        ok(run([python, "-c", PLANT_PLUGGY_PYC, "restore", str(saved)], study, env))
+    ok(run([venv / "bin" / "pytest", f"--research-stage={STAGE}"], study, env))
+
+
 LATE_IMPORT = """
 
 @pytest.fixture(autouse=True)
