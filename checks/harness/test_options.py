@@ -300,11 +300,12 @@ def approved(tmp_path: Path):
     return toy
 
 
-def research_run(toy, *args: str):
+def research_run(toy, *args: str, env: dict[str, str] | None = None):
     """``pytest --research-stage=toy`` with stdin from /dev/null (a debugger prompt ends)."""
     return toy.run(
         "sh", "-c", 'exec "$@" < /dev/null', "sh",
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--research-stage=toy", *args,
+        env=env,
     )  # fmt: skip
 
 
@@ -344,16 +345,16 @@ def test_pytest_plugins_is_refused_exactly_when_it_names_something(value):
     found = options.refused_variables({"PYTEST_PLUGINS": value})
     assert bool(found) == bool(value.strip()), found
     assert all(f"PYTEST_PLUGINS={value.strip()} is not passed" in s for s in found), found
+
+
+def test_an_environment_without_pytest_plugins_is_not_refused():
     assert options.refused_variables({}) == []
 
 
 def test_a_research_run_with_pytest_plugins_set_is_refused_unspent(approved):
     """The session never receives PYTEST_PLUGINS: a plugin it names would load in the
     launcher only, and an item needing its fixture would fail with the run id spent."""
-    done = approved.run(
-        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--research-stage=toy",
-        env={"PYTEST_PLUGINS": "json"},
-    )  # fmt: skip
+    done = research_run(approved, env={"PYTEST_PLUGINS": "json"})
     assert_refused_unspent(approved, done, "PYTEST_PLUGINS=json is not passed to the hermetic")
     assert "pytest_plugins" in done.stderr, done.stderr
 
