@@ -347,6 +347,18 @@ def test_pytest_plugins_is_refused_exactly_when_it_names_something(value):
     assert all(f"PYTEST_PLUGINS={value.strip()} is not passed" in s for s in found), found
 
 
+def test_a_rehearsal_with_pytest_plugins_set_runs_and_warns_that_the_run_would_be_refused(
+    approved,
+):
+    """A rehearsal runs in-process, where PYTEST_PLUGINS loads; its passing summary says the
+    run itself would be refused, so the first try of the run costs nothing unexpected."""
+    done = research_run(approved, "--rehearse", env={"PYTEST_PLUGINS": "json"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "WARNING: a run would be refused: PYTEST_PLUGINS=json" in done.stdout, done.stdout
+    again = research_run(approved, "--rehearse")
+    assert again.returncode == 0 and "a run would be refused" not in again.stdout, again.stdout
+
+
 def test_an_environment_without_pytest_plugins_is_not_refused():
     assert options.refused_variables({}) == []
 

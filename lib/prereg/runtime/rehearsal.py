@@ -13,13 +13,14 @@ rehearsal record.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from prereg import gitrepo, manifest, remote
+from prereg import gitrepo, manifest, options, remote
 from prereg.hashing import canonical_json, file_entries, sha256_file
 from prereg.plans import load_plan
 from prereg.records import REHEARSAL_FORMAT
@@ -214,6 +215,8 @@ class Rehearsal(Controller):
         terminalreporter.write_line(f"record: {self.layout.record}")
         if getattr(self, "status", None) != "passed":
             return
+        for why in options.refused_variables(os.environ):  # a rehearsal loads it; a run never
+            terminalreporter.write_line(f"WARNING: a run would be refused: {why}", red=True)
         if partial_selection(self.config) is None:
             terminalreporter.write_line(
                 f"it passed: commit, then approve and run it: prereg approve --stage "
