@@ -25,6 +25,7 @@ from prereg.runs import refusals_dir
 from prereg.seeds import numpy_generator
 from prereg.testing import ScratchProject
 from support.checkout import CHECKOUT
+from support.toy import UNUSED_PLUGINS
 
 CODE_REVISION = "1a7066f6c7682793b6f04445c776a93cc4fac895"  # the fixture's E02 revision
 TASKS = 2
@@ -120,7 +121,7 @@ class E04Project(ScratchProject):
 
 def make_project(root: Path, fixture: SyntheticFixture, plan: dict) -> E04Project:
     project = E04Project(root, fixture)
-    project.init(plans=["plans/E04_PLAN.json"], ignore=("cache/",))
+    project.init(plans=["plans/E04_PLAN.json"], ignore=("cache/",), blocked_plugins=UNUSED_PLUGINS)
     shutil.copy(CHECKOUT / "experiments" / "test_e04.py", root / "experiments" / "test_e04.py")
     (root / "plans" / "E04_PLAN.json").write_text(json.dumps(plan, indent=2) + "\n")
     project.git("add", "-A")

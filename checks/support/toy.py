@@ -9,6 +9,11 @@ from pathlib import Path
 from prereg.runs import refusals_dir
 from prereg.testing import ScratchProject
 
+# Installed pytest plugins no toy (or E04 check) stage uses, blocked in their pytest.ini: each
+# would be imported by every process of every research run (the launcher, the session, the
+# clean listing, each worker), about half a second of CPU per toy run.
+UNUSED_PLUGINS = ("anyio", "hypothesispytest")
+
 PINS = {
     "python": "3.9.6",
     "numpy": "2.0.2",
@@ -116,7 +121,11 @@ class ToyRepo(ScratchProject):
 
 def make_toy_repo(root: Path, stages: dict | None = None) -> ToyRepo:
     repo = ToyRepo(root)
-    repo.init(plans=["plans/TOY_PLAN.json"], testpaths="checks experiments")
+    repo.init(
+        plans=["plans/TOY_PLAN.json"],
+        testpaths="checks experiments",
+        blocked_plugins=UNUSED_PLUGINS,
+    )
     (root / "checks").mkdir()
     (root / "checks" / "test_soft.py").write_text(
         "import pytest\n\n@pytest.mark.software\ndef test_software():\n    assert 1 + 1 == 2\n\n"

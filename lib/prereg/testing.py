@@ -27,17 +27,27 @@ class ScratchProject:
     root: Path
 
     def init(
-        self, *, plans: list[str], testpaths: str = "experiments", ignore: tuple[str, ...] = ()
+        self,
+        *,
+        plans: list[str],
+        testpaths: str = "experiments",
+        ignore: tuple[str, ...] = (),
+        blocked_plugins: tuple[str, ...] = (),
     ) -> None:
         """Lay out an empty project: git identity, pytest.ini naming ``plans``, the plugin,
-        ``plans/approvals/``, ``experiments/`` and a baseline pinning a historical file."""
+        ``plans/approvals/``, ``experiments/`` and a baseline pinning a historical file.
+
+        pytest.ini's ``addopts`` blocks pytest-randomly (items run in collection order) and
+        each installed plugin named in ``blocked_plugins`` (by entry-point name): a plugin
+        the project's stages do not use is then imported by none of a run's processes."""
+        addopts = " ".join(f"-p no:{name}" for name in ("randomly", *blocked_plugins))
         (self.root / "plans" / "approvals").mkdir(parents=True)
         (self.root / "experiments").mkdir()
         self.git("init", "-q")
         self.git("config", "user.email", "researcher@example.org")
         self.git("config", "user.name", "Researcher")
         (self.root / "pytest.ini").write_text(
-            f"[pytest]\ntestpaths = {testpaths}\naddopts = -p no:randomly\n"
+            f"[pytest]\ntestpaths = {testpaths}\naddopts = {addopts}\n"
             f"prereg_plans = {' '.join(plans)}\nprereg_research_paths = experiments\n"
         )
         (self.root / "conftest.py").write_text('pytest_plugins = ("prereg.plugin",)\n')
