@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from support.toy import ToyRepo, make_toy_repo, stage_spec
+from support.toy import UNUSED_PLUGINS, ToyRepo, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
 
@@ -61,6 +61,20 @@ def test_serial_and_two_workers_give_identical_results_and_one_manifest(honest):
     assert "numpy" in parallel["environment"]["packages_imported"]
     for run in (SERIAL, PARALLEL):
         assert toy.audit(run).returncode == 0
+
+
+def test_plugins_the_project_blocks_are_loaded_by_no_process_of_its_runs(honest):
+    ini = (honest.root / "pytest.ini").read_text()
+    assert all(f"-p no:{name}" in ini for name in ("randomly", *UNUSED_PLUGINS))
+    for run in (SERIAL, PARALLEL):
+        environment = honest.manifest(run)["environment"]
+        plugins = environment["pytest_plugins"]
+        assert set(UNUSED_PLUGINS) <= set(plugins["blocked"])
+        assert "xdist.plugin" in plugins["loaded"]  # the plugins not blocked still load
+        loaded = " ".join(plugins["loaded"])
+        assert "anyio" not in loaded and "hypothesis" not in loaded
+        imported = environment["packages_imported"]
+        assert "anyio" not in imported and "hypothesis" not in imported
 
 
 @pytest.mark.parametrize("how, workers", [("raise", None), ("sigterm", None), ("exit", "2")])
