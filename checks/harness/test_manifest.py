@@ -5,10 +5,18 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
-from support.toy import UNUSED_PLUGINS, ToyRepo, make_toy_repo, stage_spec
+from support.toy import (
+    UNUSED_PLUGINS,
+    ToyRepo,
+    left_behind,
+    make_toy_repo,
+    private_tmp,
+    stage_spec,
+)
 
 pytestmark = pytest.mark.software
 
@@ -26,15 +34,26 @@ def result_files(toy, run_id: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def honest(tmp_path_factory) -> ToyRepo:
-    """The toy stage run complete serially (SERIAL), then on two workers (PARALLEL)."""
+    """The toy stage run complete serially (SERIAL), then on two workers (PARALLEL), both
+    with the temporary folder ``scratch(toy)``."""
     toy = make_toy_repo(tmp_path_factory.mktemp("honest") / "toy")
+    env = private_tmp(scratch(toy))
     toy.approve("toy", SERIAL)
-    done = toy.pytest("--research-stage=toy")
+    done = toy.pytest("--research-stage=toy", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     toy.approve("toy", PARALLEL)
-    done = toy.pytest("--research-stage=toy", "-n", "2")
+    done = toy.pytest("--research-stage=toy", "-n", "2", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     return toy
+
+
+def scratch(toy: ToyRepo) -> Path:
+    return toy.root.parent / "tmp"
+
+
+def test_a_complete_run_leaves_nothing_in_the_temporary_folder(honest):
+    """Its snapshot, its item listing and its workers' files are all removed."""
+    assert left_behind(scratch(honest)) == []
 
 
 @pytest.fixture

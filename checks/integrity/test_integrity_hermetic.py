@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from prereg import gitrepo, hermetic, ledger
 from prereg import snapshot as snapshots
 from prereg.testing import terminal_signals
-from support.toy import make_toy_repo, stage_spec
+from support.toy import left_behind, make_toy_repo, private_tmp, stage_spec
 
 pytestmark = pytest.mark.software
 
@@ -465,27 +465,40 @@ def test_code_a_stage_module_imports_from_outside_the_snapshot_at_collection_is_
     (toy.root / spec["module"]).write_text(VENDORED_AT_COLLECTION.format(vendor=str(vendor)))
     toy.commit("A stage that imports vendored code")
     toy.approve("toy", RUN)
-    done = toy.pytest("--research-stage=toy")
+    done = toy.pytest("--research-stage=toy", env=private_tmp(tmp_path / "tmp"))
     assert done.returncode == 4, done.stdout + done.stderr
     assert "[execution] at collection" in done.stderr and "vend" in done.stderr, done.stderr
     assert not ledger.is_spent(toy.root, RUN)
+    assert left_behind(tmp_path / "tmp") == []  # neither its snapshot nor its item listing
 
 
-def test_a_relative_log_file_in_pytest_ini_is_written_beside_the_checkout_not_in_the_snapshot(
-    tmp_path,
+@pytest.mark.parametrize(
+    "ini_line, with_output, written",
+    [
+        ("[pytest]\n", "[pytest]\nlog_file = ../run.log\n", "run.log"),
+        ("addopts = ", "addopts = --debug=../debug.log ", "debug.log"),
+    ],
+)
+def test_a_relative_output_file_in_pytest_ini_is_written_beside_the_checkout_not_in_the_snapshot(
+    tmp_path, ini_line, with_output, written
 ):
-    """``log_file = ../run.log`` in pytest.ini: pytest resolves it against the current folder;
-    in the session that is the snapshot (``run.log`` would land inside it and end the run
-    incomplete), so the launcher passes it resolved against its own folder."""
+    """``log_file = ../run.log`` (or ``--debug=../debug.log`` in addopts): pytest resolves it
+    against the current folder; in the session that is the snapshot (the file would land
+    inside it and end the run incomplete), so the launcher passes it resolved against its own
+    folder. The clean listing of the stage's items writes it nowhere (not beside the
+    snapshot, in the temporary folder)."""
     toy = _probe_repo(tmp_path / "p")
     ini = toy.root / "pytest.ini"
-    ini.write_text(ini.read_text().replace("[pytest]\n", "[pytest]\nlog_file = ../run.log\n", 1))
-    toy.commit("Log to a file")
+    ini.write_text(ini.read_text().replace(ini_line, with_output, 1))
+    toy.commit("Write a pytest output file")
     toy.approve("toy", "toy-20261201-002")
-    done = toy.pytest("--research-stage=toy", "--run-id=toy-20261201-002")
+    done = toy.pytest(
+        "--research-stage=toy", "--run-id=toy-20261201-002", env=private_tmp(tmp_path / "tmp")
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert toy.manifest("toy-20261201-002")["status"] == "complete"
-    assert (tmp_path / "run.log").is_file()
+    assert (tmp_path / written).is_file()
+    assert left_behind(tmp_path / "tmp") == []
 
 
 def test_relative_output_paths_typed_in_a_subfolder_land_outside_the_snapshot(tmp_path):

@@ -134,3 +134,15 @@ def make_toy_repo(root: Path, stages: dict | None = None) -> ToyRepo:
     repo.write_plan(stages or {"toy": stage_spec("toy")})
     repo.commit("Toy project")
     return repo
+
+
+def private_tmp(folder: Path) -> dict[str, str]:
+    """The environment that gives a run ``folder`` (made here) as its temporary folder."""
+    folder.mkdir(parents=True)
+    return {"TMPDIR": str(folder)}
+
+
+def left_behind(folder: Path) -> list[str]:
+    """What runs left in their temporary ``folder``, without pytest's own base folder of
+    ``tmp_path``s (pytest keeps it by design; xdist makes one for its workers)."""
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith("pytest-of-"))

@@ -157,6 +157,8 @@ def command(
 OUTPUT_OPTIONS = {"basetemp": "--basetemp", "log_file": "--log-file", "debug": "--debug"}
 # Of those, the ones an ini file may set too (pytest reads the option, else the ini value).
 OUTPUT_INIS = ("log_file",)
+# Of those, the files pytest writes as soon as it starts.
+NULLED = ("log_file", "debug")
 
 
 def output_values(config) -> dict[str, object]:
@@ -176,6 +178,13 @@ def output_arguments(values: dict[str, object], cwd: Path) -> list[str]:
         for dest, value in values.items()
         if isinstance(value, (str, os.PathLike)) and not os.path.isabs(value)
     ]
+
+
+def null_arguments(values: dict[str, object]) -> list[str]:
+    """``--log-file=/dev/null`` etc. for each file of ``values`` (:func:`output_values`) that
+    is set, for a process that must write none (the item listing). ``basetemp`` is made only
+    when an item asks for a ``tmp_path``, which a listing never does."""
+    return [f"{OUTPUT_OPTIONS[dest]}={os.devnull}" for dest in NULLED if values.get(dest)]
 
 
 def exec_session(argv: list[str], *, cwd: Path, env: dict[str, str], handoff: bool) -> None:

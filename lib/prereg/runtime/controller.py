@@ -50,6 +50,7 @@ class Controller(XdistBridge, TerminalOutput):
         self.session: pytest.Session | None = None
         self.snapshot: snapshots.Snapshot | None = None
         self.environment: execution.Environment | None = None  # what the gate judged against
+        self.listing: Listing | None = None  # started once the gate has passed
 
     def check_gate(self, *, session_follows: bool = False) -> gate.Gathered:
         """Gather the facts and check every run condition; refuse (usage error) if one fails.
@@ -261,6 +262,10 @@ class Controller(XdistBridge, TerminalOutput):
         if failure is not None:
             raise failure
         return result
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.listing is not None:
+            self.listing.discard()
 
     def _finish(self, session: pytest.Session, failure: BaseException | None) -> None:
         """The final manifest, or a minimal ``incomplete`` one if it fails; then its git record."""

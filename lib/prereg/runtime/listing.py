@@ -48,7 +48,8 @@ class Listing:
     (:mod:`prereg.hermetic`: the snapshot, its environment, the approved plugins) but without
     its options, PYTEST_ADDOPTS, xdist, the stepwise and cache plugins or any conftest.py: the
     stage's items are what its module alone collects, so a conftest hook that drops, repeats
-    or adds items differs from the listing and is refused."""
+    or adds items differs from the listing and is refused. It writes no file but its list (a
+    log file or debug trace pytest.ini names goes to the null device)."""
 
     def __init__(self, root: Path, settings: Settings, config: pytest.Config) -> None:
         handle, self.path = tempfile.mkstemp(prefix="prereg-items-", suffix=".json")
@@ -62,6 +63,7 @@ class Listing:
             args=[
                 f"{STAGE_OPTION}={settings.stage}", f"{RUN_ID_OPTION}={settings.run_id}",
                 f"{LIST_OPTION}={self.path}", "-q", f"--rootdir={root}", "--noconftest",
+                *hermetic.null_arguments(hermetic.output_values(config)),
             ],
             plugins=hermetic.plugin_arguments(
                 [*loaded, PLUGIN_MODULE], [*blocked, "xdist", "randomly"]
@@ -88,3 +90,11 @@ class Listing:
                 f"pytest.ini or the module itself:\n    {tail}"
             )
         return listed
+
+    def discard(self) -> None:
+        """Stop the listing if it still runs and remove its file: a run refused or ended
+        before it compared its items leaves neither a process nor a file behind."""
+        if self.process.returncode is None:  # not yet waited for
+            self.process.kill()
+            self.process.communicate()
+        Path(self.path).unlink(missing_ok=True)
