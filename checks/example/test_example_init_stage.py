@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from prereg import scaffold
-from prereg.provenance import pinned_environment
+from prereg.provenance import deviations, pin_form, pinned_environment
 from prereg.records import STAGE_NAME
 from prereg.testing import ScratchProject
 
@@ -86,9 +86,8 @@ def test_the_plan_pins_this_machines_environment_and_names_the_projects_kind(sca
     project, _ = scaffolded
     plan = json.loads((project.root / LAYOUT.plan).read_text())
     here = pinned_environment()
-    assert plan["environment_pins"] == {
-        k: scaffold.NOT_INSTALLED if v is None else v for k, v in here.items()
-    }
+    assert plan["environment_pins"] == {k: pin_form(v) for k, v in here.items()}
+    assert deviations(plan["environment_pins"], here) == []
     spec = plan["stages"][STAGE]
     assert spec["kind"] == "demo_stage.kind:KIND" and spec["module"] == LAYOUT.module
     assert spec["seed_namespace"] == "demo-stage-1.0"

@@ -4,6 +4,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from prereg import provenance
 
@@ -37,4 +39,36 @@ def test_deviations_name_each_differing_pin():
     assert provenance.deviations(pins, {"python": "3.9.6", "cpu_threads": 2}) == []
     assert provenance.deviations(pins, {"python": "3.11.7", "cpu_threads": 2}) == [
         {"field": "python", "pinned": "3.9.6", "actual": "3.11.7"}
+    ]
+
+
+ENVIRONMENTS = st.dictionaries(
+    st.sampled_from(sorted(provenance.pinned_environment())),
+    st.none() | st.text(min_size=1, max_size=8) | st.integers(1, 256),
+    min_size=1,
+)
+
+
+@given(ENVIRONMENTS, st.data())
+def test_pins_in_an_environments_own_form_meet_it_and_each_other_pin_is_named(actual, data):
+    """An absent package (``None``) meets the pin "not installed"; any changed pin is named
+    with the raw value found, and a message spells the absence as the plan does."""
+    pins = {field: provenance.pin_form(value) for field, value in actual.items()}
+    assert provenance.deviations(pins, actual) == []
+    field = data.draw(st.sampled_from(sorted(pins)))
+    other = data.draw(st.text(min_size=1, max_size=8).filter(lambda v: v != pins[field]))
+    moved = {**pins, field: other}
+    found = provenance.deviations(moved, actual)
+    assert found == [{"field": field, "pinned": other, "actual": actual[field]}]
+    assert provenance.describe(found) == (
+        f"{field}: plan pins {other!r}, here {provenance.pin_form(actual[field])!r}"
+    )
+
+
+def test_a_version_pin_on_an_absent_package_is_a_deviation_named_as_not_installed():
+    found = provenance.deviations({"torch": "2.8.0"}, {"torch": None})
+    assert found == [{"field": "torch", "pinned": "2.8.0", "actual": None}]
+    assert provenance.describe(found) == "torch: plan pins '2.8.0', here 'not installed'"
+    assert provenance.deviations({"torch": provenance.NOT_INSTALLED}, {"torch": "2.13.0"}) == [
+        {"field": "torch", "pinned": "not installed", "actual": "2.13.0"}
     ]

@@ -280,8 +280,10 @@ def test_a_scaffolded_stage_is_rehearsed_approved_run_twice_identically_audited_
     venv, tmp_path
 ):
     """The newcomer's path on a wheel: ``prereg init --stage``, the software checks, a
-    rehearsal (nothing spent), ``prereg approve`` taking the next free run id, a serial run
-    and a two-worker run with byte-identical outputs, clean audits and the report."""
+    rehearsal (nothing spent), ``prereg approve`` taking the next free run id and naming no
+    deviation (the plan pins torch, absent from this environment, as not installed), a
+    serial run and a two-worker run with byte-identical outputs, clean audits and the
+    report."""
     env = user_env(venv)
     prereg, pytest_ = venv / "bin" / "prereg", venv / "bin" / "pytest"
     stage = "my-study"
@@ -299,8 +301,10 @@ def test_a_scaffolded_stage_is_rehearsed_approved_run_twice_identically_audited_
 
     run_ids = []
     for workers in ([], ["-n", "2"]):
-        approved = ok(run([prereg, "approve", "--stage", stage, "--accept-deviations"], study, env))
+        approved = ok(run([prereg, "approve", "--stage", stage], study, env))
         (run_id,) = set(re.findall(rf"\b{stage}-[0-9]{{8}}-[0-9]{{3}}\b", approved.stdout))
+        record = json.loads((study / "plans" / "approvals" / f"{run_id}.json").read_text())
+        assert record["environment"]["torch"] is None and record["deviations"] == [], record
         commit(study, env, f"Approve {run_id}")
         done = ok(run([pytest_, f"--research-stage={stage}", *workers], study, env))
         assert f"run {run_id} complete" in done.stdout, done.stdout

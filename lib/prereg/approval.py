@@ -345,12 +345,10 @@ def create_approval(
     actual = provenance.pinned_environment()
     deviations = provenance.deviations(plan.data["environment_pins"], actual)
     if deviations and not accept_deviations:
-        listed = "; ".join(
-            f"{d['field']}: plan pins {d['pinned']!r}, here {d['actual']!r}" for d in deviations
-        )
         raise ApprovalError(
-            f"this environment deviates from the plan's pins ({listed}); to run here anyway, "
-            "approve with --accept-deviations so the approval and the manifest name each deviation"
+            f"this environment deviates from the plan's pins ({provenance.describe(deviations)}); "
+            "to run here anyway, approve with --accept-deviations so the approval and the "
+            "manifest name each deviation"
         )
     record = {
         "format": FORMAT,

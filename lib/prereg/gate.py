@@ -262,13 +262,11 @@ def environment(f: Facts) -> list[Refusal]:
     unnamed = [d for d in f.deviations_now if canonical_json(d) not in named]
     if not unnamed:
         return []
-    listed = "; ".join(
-        f"{d['field']}: pinned {d['pinned']!r}, here {d['actual']!r}" for d in unnamed
-    )
     return [
         Refusal(
             "environment",
-            f"deviations from the plan's pins not named in the approval: {listed}; approve again "
+            "deviations from the plan's pins not named in the approval: "
+            f"{provenance.describe(unnamed)}; approve again "
             "with --accept-deviations on this machine so they are named",
         )
     ]

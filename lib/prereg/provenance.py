@@ -60,13 +60,33 @@ def pinned_environment() -> dict:
     }
 
 
+NOT_INSTALLED = "not installed"
+"""A plan's pin for a package it runs without; an environment lacking the package meets it."""
+
+
 def deviations(pins: dict, actual: dict) -> list[dict]:
-    """Each pinned field whose actual value differs: ``{"field", "pinned", "actual"}``."""
+    """Each pinned field whose actual value differs: ``{"field", "pinned", "actual"}``.
+
+    ``actual`` is :func:`pinned_environment`'s form, where an absent package is ``None``;
+    it meets the pin :data:`NOT_INSTALLED` and deviates from any version.
+    """
     return [
         {"field": field, "pinned": pinned, "actual": actual.get(field)}
         for field, pinned in sorted(pins.items())
-        if actual.get(field) != pinned
+        if pin_form(actual.get(field)) != pinned
     ]
+
+
+def describe(found: list[dict]) -> str:
+    """Deviations for a message: ``torch: plan pins '2.8.0', here 'not installed'; ...``."""
+    return "; ".join(
+        f"{d['field']}: plan pins {d['pinned']!r}, here {pin_form(d['actual'])!r}" for d in found
+    )
+
+
+def pin_form(value):
+    """An environment value as a plan spells its pin: ``None`` (absent) is NOT_INSTALLED."""
+    return NOT_INSTALLED if value is None else value
 
 
 def _packages_distributions() -> dict[str, list[str]]:

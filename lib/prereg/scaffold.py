@@ -52,7 +52,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from string import Template
 
-from prereg.provenance import pinned_environment
+from prereg.provenance import pin_form, pinned_environment
 from prereg.records import STAGE_NAME
 
 PYTEST_INI = """\
@@ -517,13 +517,10 @@ def _join(*parts: str) -> str:
     return PurePosixPath(*parts).as_posix()
 
 
-NOT_INSTALLED = "not installed"
-
-
 def machine_pins() -> dict:
-    """This machine's environment in the fields a plan pins; a package that is not installed
-    is pinned as ``"not installed"`` (approving here then names it as a deviation)."""
-    return {k: NOT_INSTALLED if v is None else v for k, v in pinned_environment().items()}
+    """This machine's environment in the fields a plan pins, so approving here names no
+    deviation; a package that is not installed is pinned as ``"not installed"``."""
+    return {k: pin_form(v) for k, v in pinned_environment().items()}
 
 
 def plan_text(layout: StageLayout, pins: dict) -> str:
@@ -747,7 +744,6 @@ def stage_next_steps(done: StageInit) -> str:
     if done.initialised_git:
         lines.append("  (and ran git init)")
     add = "-A" if new else " ".join([*done.written, "pytest.ini"])
-    deviations = "" if NOT_INSTALLED not in done.pins.values() else " --accept-deviations"
     lines += [
         "",
         "next steps:",
@@ -755,16 +751,10 @@ def stage_next_steps(done: StageInit) -> str:
         f"  {pytest} -m software        # the stage's check passes as written",
         f"  {pytest} --research-stage={stage} --rehearse   # try it: not a run, nothing spent",
         f"  git add {add} && git commit -m 'Add stage {stage}'",
-        f"  {prereg} approve --stage {stage} --run-id {run_id}{deviations}",
+        f"  {prereg} approve --stage {stage} --run-id {run_id}",
         f"  git add plans/approvals && git commit -m 'Approve {run_id}'",
         f"  {pytest} --research-stage={stage}        # add -n 2 for two workers",
         f"  {prereg} audit runs/{run_id}          # the replay recomputes every item",
         f"  {prereg} report runs/{run_id}",
     ]
-    if deviations:
-        missing = sorted(k for k, v in done.pins.items() if v == NOT_INSTALLED)
-        lines.append(
-            f"  (the plan pins {', '.join(missing)} as {NOT_INSTALLED!r}: approving "
-            "here names that as a deviation)"
-        )
     return "\n".join(lines)
