@@ -113,3 +113,10 @@ def test_staleness_names_missing_and_foreign_records(tmp_path):
     assert verdicts.staleness(None, tmp_path) == "no stored verdict"
     assert "format" in verdicts.staleness({"format": "other"}, tmp_path)
     assert "no manifest" in verdicts.staleness({"format": verdicts.FORMAT}, tmp_path)
+
+
+def test_the_audit_code_is_named_by_package_hash_and_commit_or_as_installed():
+    in_checkout = {"package_sha256": "a" * 64, "source_commit": "b" * 40}
+    assert verdicts.code_label(in_checkout) == f"prereg package {'a' * 12} at commit {'b' * 12}"
+    wheel = {"package_sha256": "c" * 64, "source_commit": None}
+    assert verdicts.code_label(wheel) == f"prereg package {'c' * 12} (installed, no git commit)"

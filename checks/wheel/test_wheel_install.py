@@ -310,6 +310,7 @@ def test_a_scaffolded_stage_is_rehearsed_approved_run_twice_identically_audited_
         assert f"run {run_id} complete" in done.stdout, done.stdout
         audit = ok(run([prereg, "audit", f"runs/{run_id}"], study, env))
         assert "clean" in audit.stdout and "replayed" in audit.stdout, audit.stdout
+        assert "(installed, no git commit)" in audit.stdout, audit.stdout
         run_ids.append(run_id)
     assert run_ids[0] != run_ids[1] and run_ids[1].endswith("-002"), run_ids
     ok(run([prereg, "report", *(f"runs/{r}" for r in run_ids)], study, env))

@@ -229,9 +229,8 @@ def _store_verdict(root: Path, run_dir: Path, result) -> str | None:
     except ValueError:
         where = path
     return (
-        f"verdict stored in {where} (bound to this manifest's SHA-256 and the audit code: "
-        f"prereg package {code['package_sha256'][:12]}, commit {str(code['source_commit'])[:12]});"
-        " prereg report uses it until either changes"
+        f"verdict stored in {where} (bound to this manifest's SHA-256 and the audit code, "
+        f"{verdicts.code_label(code)}); prereg report uses it until either changes"
     )
 
 

@@ -142,20 +142,26 @@ def staleness(record: dict | None, run_dir: Path) -> str | None:
     mine = code_identity()
     if code.get("package_sha256") != mine["package_sha256"]:
         return (
-            f"the audit code changed since that audit (prereg package SHA-256 "
-            f"{str(code.get('package_sha256'))[:12]} at commit {str(code.get('source_commit'))[:12]}"
-            f" then, {mine['package_sha256'][:12]} at {str(mine['source_commit'])[:12]} now)"
+            f"the audit code changed since that audit ({code_label(code)} then, "
+            f"{code_label(mine)} now)"
         )
     return None
 
 
+def code_label(code: dict) -> str:
+    """``prereg package 1a2b3c4d5e6f at commit 0123abcd4567``; a package imported from
+    outside a git checkout (a wheel install) is ``... (installed, no git commit)``."""
+    commit = code.get("source_commit")
+    where = f"at commit {str(commit)[:12]}" if commit else "(installed, no git commit)"
+    return f"prereg package {str(code.get('package_sha256'))[:12]} {where}"
+
+
 def describe(record: dict) -> str:
-    """``the verdict stored in runs/audits/<id>.json at <time> (commit ...)``."""
-    code = record.get("code") or {}
-    commit = str(code.get("source_commit") or "no git commit")[:12]
+    """``the verdict stored in runs/audits/<id>.json at <time> (prereg package ...)``."""
+    code = record.get("code") if isinstance(record.get("code"), dict) else {}
     where = store_path(Path(), Path(str(record.get("run_id"))))  # relative to the root
     return (
         f"the verdict stored in {where.as_posix() if where else 'runs/audits/'} at "
         f"{record.get('audited_at')} for this manifest SHA-256 and this audit code "
-        f"(prereg {commit})"
+        f"({code_label(code)})"
     )
