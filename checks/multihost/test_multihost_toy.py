@@ -233,7 +233,7 @@ def test_a_host_with_another_numpy_is_refused_before_spending(tmp_path, hosts):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 0.0.1\n")
     one, two = _two_hosts(tmp_path, toy, hosts, env2={"PYTHONPATH": str(shim)})
     text = _refused(toy, _run(toy, one, two), two.spec)
-    assert "numpy: pinned" in text and "'0.0.1'" in text
+    assert "numpy: plan pins" in text and "'0.0.1'" in text
     assert one.spec not in text  # the other host's state was proved
 
 

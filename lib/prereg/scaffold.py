@@ -622,7 +622,6 @@ class StageInit:
     written: list[str]
     ini_lines: list[str]  # the lines added to an existing pytest.ini ([] in a new project)
     initialised_git: bool
-    pins: dict
 
 
 def _read_ini(ini: Path) -> configparser.ConfigParser:
@@ -722,7 +721,7 @@ def init_stage(folder: Path, stage: str) -> StageInit:
     elif top is None:
         _git_init(folder)
     initialised = top is None and not existing
-    return StageInit(folder, layout, list(files), ini_lines, initialised, pins)
+    return StageInit(folder, layout, list(files), ini_lines, initialised)
 
 
 def stage_next_steps(done: StageInit) -> str:
