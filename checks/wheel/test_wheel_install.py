@@ -321,3 +321,50 @@ def test_a_scaffolded_stage_is_rehearsed_approved_run_twice_identically_audited_
         for r in run_ids
     ]
     assert summaries[0] and summaries[0] == summaries[1]
+
+
+def test_a_torch_the_plan_pins_as_not_installed_is_refused_when_present_in_either_form(
+    venv, tmp_path
+):
+    """The scaffolded plan pins torch, absent here, as not installed. A torch distribution
+    (only its metadata) planted in site-packages is a deviation ``prereg approve`` names;
+    a bare ``torch`` package without a distribution, imported by the stage's kind, is loaded
+    code outside every RECORD. Each is refused and writes no approval."""
+    env = user_env(venv)
+    prereg = venv / "bin" / "prereg"
+    (tmp_path / "work").mkdir()
+    ok(run([prereg, "init", "--stage", "my-study", "study"], tmp_path / "work", env))
+    study = tmp_path / "work" / "study"
+    for args in (["config", "user.email", "r@example.org"], ["config", "user.name", "R"]):
+        ok(run(["git", *args], study, env))
+    commit(study, env, "Preregister my-study")
+    where = ok(run([venv / "bin" / "python", "-c", PURELIB], study, env)).stdout.strip()
+    site = Path(where)
+    metadata, package = site / "torch-9.9.dist-info", site / "torch"
+    approve_ = [prereg, "approve", "--stage", "my-study"]
+    try:
+        metadata.mkdir()
+        (metadata / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 9.9\n")
+        refused = run(approve_, study, env)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "torch: plan pins 'not installed', here '9.9'" in refused.stderr, refused.stderr
+        shutil.rmtree(metadata)
+
+        package.mkdir()
+        (package / "__init__.py").write_text('__version__ = "2.8.0"\n')
+        kind = study / "src" / "my_study" / "kind.py"
+        future = "from __future__ import annotations\n"
+        assert future in kind.read_text()
+        kind.write_text(kind.read_text().replace(future, future + "import torch  # noqa\n", 1))
+        commit(study, env, "The kind imports torch")
+        refused = run(approve_, study, env)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert f"loaded code torch from {package / '__init__.py'}" in refused.stderr
+        assert "not listed in the RECORD" in refused.stderr, refused.stderr
+    finally:
+        shutil.rmtree(metadata, ignore_errors=True)
+        shutil.rmtree(package, ignore_errors=True)
+    assert list((study / "plans" / "approvals").glob("*.json")) == []
+
+
+PURELIB = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
