@@ -501,6 +501,25 @@ def test_a_relative_output_file_in_pytest_ini_is_written_beside_the_checkout_not
     assert left_behind(tmp_path / "tmp") == []
 
 
+def test_a_report_file_in_pytest_ini_addopts_is_refused_and_written_nowhere(tmp_path):
+    """``--junitxml=../junit.xml`` in pytest.ini's addopts would be a second report written
+    beside the snapshot: refused like the command line's, before spending, with no file
+    beside the checkout and nothing left in the temporary folder."""
+    toy = _probe_repo(tmp_path / "p")
+    ini = toy.root / "pytest.ini"
+    ini.write_text(ini.read_text().replace("addopts = ", "addopts = --junitxml=../junit.xml ", 1))
+    toy.commit("Write a second report")
+    toy.approve("toy", "toy-20261201-002")
+    done = toy.pytest(
+        "--research-stage=toy", "--run-id=toy-20261201-002", env=private_tmp(tmp_path / "tmp")
+    )
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "--junitxml writes a report of its own" in done.stdout + done.stderr
+    assert not ledger.is_spent(toy.root, "toy-20261201-002")
+    assert not (tmp_path / "junit.xml").exists()
+    assert left_behind(tmp_path / "tmp") == []
+
+
 def test_relative_output_paths_typed_in_a_subfolder_land_outside_the_snapshot(tmp_path):
     """Started in ``experiments/`` with a relative ``--basetemp`` and ``--debug`` file: the
     files pytest writes land where they would without a snapshot (which is read-only)."""
