@@ -54,11 +54,7 @@ def venv(tmp_path_factory, head_wheel: Path) -> Path:
 def new_study(folder: Path, venv: Path) -> Path:
     """``prereg init study`` in ``folder``, then a toy stage committed as a user would."""
     env = user_env(venv)
-    folder.mkdir()
-    ok(run([venv / "bin" / "prereg", "init", "study"], folder, env))
-    study = folder / "study"
-    for args in (["config", "user.email", "r@example.org"], ["config", "user.name", "R"]):
-        ok(run(["git", *args], study, env))
+    study = init_study(folder, venv)
     spec = stage_spec(STAGE)
     plan = {
         "plan_id": "toy-1.0",
@@ -74,6 +70,17 @@ def new_study(folder: Path, venv: Path) -> Path:
         ini.replace("prereg_plans =\n", "prereg_plans = plans/TOY_PLAN.json\n")
     )
     commit(study, env, "A toy stage")
+    return study
+
+
+def init_study(folder: Path, venv: Path, *options: str) -> Path:
+    """``prereg init [options] study`` in a new ``folder``, with a git identity set."""
+    env = user_env(venv)
+    folder.mkdir()
+    ok(run([venv / "bin" / "prereg", "init", *options, "study"], folder, env))
+    study = folder / "study"
+    for args in (["config", "user.email", "r@example.org"], ["config", "user.name", "R"]):
+        ok(run(["git", *args], study, env))
     return study
 
 
@@ -287,11 +294,7 @@ def test_a_scaffolded_stage_is_rehearsed_approved_run_twice_identically_audited_
     env = user_env(venv)
     prereg, pytest_ = venv / "bin" / "prereg", venv / "bin" / "pytest"
     stage = "my-study"
-    (tmp_path / "work").mkdir()
-    ok(run([prereg, "init", "--stage", stage, "study"], tmp_path / "work", env))
-    study = tmp_path / "work" / "study"
-    for args in (["config", "user.email", "r@example.org"], ["config", "user.name", "R"]):
-        ok(run(["git", *args], study, env))
+    study = init_study(tmp_path / "work", venv, "--stage", stage)
     commit(study, env, "Preregister my-study")
     ok(run([pytest_, "-m", "software"], study, env))
 
@@ -332,11 +335,7 @@ def test_a_torch_the_plan_pins_as_not_installed_is_refused_when_present_in_eithe
     code outside every RECORD. Each is refused and writes no approval."""
     env = user_env(venv)
     prereg = venv / "bin" / "prereg"
-    (tmp_path / "work").mkdir()
-    ok(run([prereg, "init", "--stage", "my-study", "study"], tmp_path / "work", env))
-    study = tmp_path / "work" / "study"
-    for args in (["config", "user.email", "r@example.org"], ["config", "user.name", "R"]):
-        ok(run(["git", *args], study, env))
+    study = init_study(tmp_path / "work", venv, "--stage", "my-study")
     commit(study, env, "Preregister my-study")
     where = ok(run([venv / "bin" / "python", "-c", PURELIB], study, env)).stdout.strip()
     site = Path(where)
