@@ -70,7 +70,7 @@ from urllib.parse import unquote, urlparse
 
 from prereg import gitrepo
 from prereg.hashing import sha256_file
-from prereg.hermetic import PASSED_VARIABLES, foreign_variables
+from prereg.hermetic import PASSED_VARIABLES, environment_at_start, foreign_variables
 
 PYC_SUFFIXES = (".pyc", ".pyo")
 # Every file name ending Python imports or the site module runs.
@@ -900,7 +900,10 @@ def record(
 
     The variables that change what pytest loads, every loaded pytest plugin (module, file,
     SHA-256), ``sitecustomize``/``usercustomize`` when loaded, and each editable install
-    outside the checkout: its git commit and the loaded files that differ from it.
+    outside the checkout: its git commit and the loaded files that differ from it. The
+    environment's names are those the process started with; variables its code set since
+    (libraries do when they load) are ``environment_set_in_session``
+    (:func:`prereg.hermetic.environment_at_start`).
     """
     env = env or Environment.read(Path(root), snapshot)
     plugin_records = []
@@ -941,12 +944,14 @@ def record(
                 ),
             }
         )
+    started_with, set_since = environment_at_start()
     return {
         **{name: os.environ.get(name) for name in RECORDED_VARIABLES},
         "python_optimize": sys.flags.optimize,
         "argv": list(sys.argv),
         "isolated": sys.flags.isolated,
-        "environment_names": sorted(os.environ),
+        "environment_names": list(started_with),
+        "environment_set_in_session": set_since,
         "passed_variables": {n: os.environ[n] for n in PASSED_VARIABLES if n in os.environ},
         "sys_path": list(sys.path),
         "xdist_workers": worker_specs(plugins),

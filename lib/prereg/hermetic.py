@@ -76,6 +76,25 @@ def foreign_variables(names) -> list[str]:
     return sorted(n for n in names if n not in own and not n.startswith(SET_BY_XDIST_PREFIX))
 
 
+def environment_at_start() -> tuple[tuple[str, ...], dict[str, str]]:
+    """(names of the variables this process started with, the variables set since).
+
+    In a hermetic session the names are those the boot read before anything was imported
+    (:data:`prereg.hermetic_boot.ENVIRONMENT_AT_START`); what the session's own code set
+    later (a library loaded by a kind's gate check sets its offline and OpenMP variables)
+    is the second value, recorded beside them and never judged as the session's
+    environment. Any other process (approve, a rehearsal, a process not started from the
+    boot) reports its environment as it is now, with nothing set since.
+    """
+    main = sys.modules.get("__main__")
+    started = None
+    if os.path.basename(getattr(main, "__file__", None) or "") == BOOT:
+        started = getattr(main, "ENVIRONMENT_AT_START", None)
+    if not isinstance(started, tuple):
+        return tuple(sorted(os.environ)), {}
+    return started, {n: os.environ[n] for n in sorted(set(os.environ) - set(started))}
+
+
 def session_environment(folder: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The session's environment: the allow-listed variables of ``environ``, and its own.
 

@@ -7,11 +7,19 @@ puts on ``sys.path`` although ``-I`` is given, is taken off first; debugger brea
 refuse; standard input is already closed by the launcher. Nothing of prereg is imported
 before pytest runs (the plugin is loaded by pytest, from the snapshot); when the session
 ends, however it ends, its snapshot folder is deleted.
+
+:data:`ENVIRONMENT_AT_START` keeps the names of the variables the process was started with,
+read before anything is imported: the environment the launcher gave, which the session's
+gate judges (:func:`prereg.hermetic.environment_at_start`). Libraries that set variables
+when they load (sentence-transformers, scikit-learn) change ``os.environ`` later, and a
+kind's gate check may load them before the gate records the execution.
 """
 
 import os
 import signal
 import sys
+
+ENVIRONMENT_AT_START = tuple(sorted(os.environ))
 
 
 def _no_debugger(*args, **kwargs):

@@ -94,6 +94,12 @@ class VectorCache:
         new one for the same key (0 = bitwise equal). From the plan.
     busy_timeout_seconds : float
         How long a writer waits for another process's lock (SQLite busy timeout).
+
+    Attributes
+    ----------
+    inserted : list of str
+        The text SHA-256 of every vector this object stored (first for its key), in order:
+        what this process computed, as against what it read.
     """
 
     def __init__(
@@ -111,6 +117,7 @@ class VectorCache:
             )
         self.path = Path(path)
         self.conflict_atol = float(conflict_atol)
+        self.inserted: list[str] = []
         try:
             self._connection = sqlite3.connect(
                 self.path, timeout=busy_timeout_seconds, isolation_level=None
@@ -278,7 +285,7 @@ class VectorCache:
             raise VectorCacheError(f"vectors dtype is {array.dtype}; the cache stores float32")
         key = self.register_identity(identity)
         dims = int(array.shape[1])
-        inserted = 0
+        new: list[str] = []
         with self._guarded("writing vectors"):
             self._connection.execute("BEGIN IMMEDIATE")
             try:
@@ -293,7 +300,7 @@ class VectorCache:
                         (key, text_hash),
                     )
                     if cursor.rowcount == 1:
-                        inserted += 1
+                        new.append(text_hash)
                         continue
                     stored_dims, dtype, blob = self._connection.execute(
                         "SELECT dims, dtype, vector FROM vectors "
@@ -315,7 +322,8 @@ class VectorCache:
             except BaseException:
                 self._connection.execute("ROLLBACK")
                 raise
-        return inserted
+        self.inserted += new
+        return len(new)
 
     def claim(
         self, identity: dict, text_hashes: Sequence[str], limit: int, owner: str

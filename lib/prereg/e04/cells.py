@@ -58,6 +58,9 @@ BASELINE = "baseline.json"
 S001 = "s001.json"
 S002 = "s002.json"
 TIMING = "cell.timing.json"
+EMBEDDED_TEXTS = (
+    "embedded_text_sha256"  # the timing's list of texts whose vectors the cell computed
+)
 
 
 class CorpusStore:

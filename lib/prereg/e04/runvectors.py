@@ -54,6 +54,9 @@ from prereg.e04.types import GoFunction
 
 VECTORS_FILE = "e04_vectors.npy"
 VECTOR_KEYS_FILE = "e04_vectors.json"
+VECTOR_ORIGIN_FILE = "e04_vectors_origin.timing.json"
+"""Which bound vectors this run computed and which it read from the cache: not reproducible
+(a warm run computes none), so named like the other measured files (``*.timing.json``)."""
 
 REEMBED_RANDOM_SAMPLE = 64
 """Bound texts re-embedded at random by the audit beyond those that decide a measure.
@@ -247,6 +250,24 @@ def bind_run_vectors(summary_dir: Path, settings: E04Settings, texts: RunTexts, 
         "vectors_sha256": sha256_bytes(data),
     }
     (summary_dir / VECTOR_KEYS_FILE).write_text(canonical_json(keys_record), encoding="utf-8")
+
+
+def write_vector_origin(summary_dir: Path, bound: Sequence[str], computed: set[str]) -> None:
+    """:data:`VECTOR_ORIGIN_FILE`: of the ``bound`` texts, those whose vectors this run's
+    processes computed (``computed``: the items' ``embedded_text_sha256``), and how many
+    it read from the cache (stored earlier by another run, plan or tool)."""
+    mine = sorted(set(bound) & set(computed))
+    record = {
+        "description": (
+            f"of the {len(bound)} vectors bound in {VECTORS_FILE}, the run computed those of "
+            "computed_text_sha256 and read the others from the vector cache"
+        ),
+        "bound": len(bound),
+        "computed": len(mine),
+        "read": len(bound) - len(mine),
+        "computed_text_sha256": mine,
+    }
+    (Path(summary_dir) / VECTOR_ORIGIN_FILE).write_text(canonical_json(record), encoding="utf-8")
 
 
 class RunVectors:

@@ -7,7 +7,8 @@ artifact, :mod:`prereg.e04.reformulations`); loading and checking them is
 each records its coordinates (its item key is the cell id, :func:`prereg.e04.plan.item_key`)
 and writes ``baseline.json``, ``s001.json``, ``s002.json`` (:mod:`prereg.e04.cells`) and
 ``cell.timing.json`` (what the cell cost in its process: seconds, texts embedded there,
-cache hits; a reused index or shared record costs only its lookup; the only
+cache hits, and the SHA-256 of each text whose vector it computed and stored,
+``embedded_text_sha256``; a reused index or shared record costs only its lookup; the only
 non-reproducible file). Progress goes to the run's progress log. The summary
 (:mod:`prereg.e04.summary`) de-duplicates S001 by ``shared_key`` and binds the vectors the
 dense harnesses searched to the run (``summary/e04_vectors.npy`` and ``e04_vectors.json``,
@@ -33,7 +34,14 @@ from prereg.api import ApprovalError, ItemContext, Plan, StageKind, derivation, 
 from prereg.e04 import progress
 from prereg.e04.backends import build_backend
 from prereg.e04.cache import VectorCacheError, inspect_cache, read_vectors
-from prereg.e04.cells import TIMING, CellOutputs, CorpusStore, Workspace, compute_cell
+from prereg.e04.cells import (
+    EMBEDDED_TEXTS,
+    TIMING,
+    CellOutputs,
+    CorpusStore,
+    Workspace,
+    compute_cell,
+)
 from prereg.e04.embeddings import LMStudioResidencyError, LMStudioUnavailableError
 from prereg.e04.gitcorpus import read_blob_at
 from prereg.e04.harness import query_for
@@ -149,6 +157,7 @@ def _run_item(context: ItemContext, cell: Cell, *, root: Path, inputs: dict[str,
     shared = context.rehearsal or root
     workspace, loaded = workspace_for(shared, context.plan, context.stage, inputs)
     rng = context.numpy_generator(cell.task_id, settings.distractor_seed_label)
+    stored_before = len(workspace.cache.inserted) if workspace.cache is not None else 0
     outputs = compute_cell(
         cell,
         loaded.task_file.task(cell.task_id),
@@ -161,6 +170,8 @@ def _run_item(context: ItemContext, cell: Cell, *, root: Path, inputs: dict[str,
             context.seed_namespace, cell.task_id, settings.distractor_seed_label
         ),
     )
+    embedded = workspace.cache.inserted[stored_before:] if workspace.cache is not None else []
+    outputs.timing[EMBEDDED_TEXTS] = sorted(embedded)
     write_outputs(context.outputs, outputs)
     progress.note(f"cell {cell.item_id}: done in {time.perf_counter() - start:.1f} s")
     context.check_budget()

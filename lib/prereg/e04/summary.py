@@ -3,7 +3,8 @@
 ``summary/e04_summary.json`` and ``SUMMARY.md`` (:mod:`prereg.e04.analysis`: S001 and the
 baseline de-duplicated by ``shared_key``), and, when a harness is dense, the vectors the
 run searched (``summary/e04_vectors.npy`` and ``e04_vectors.json``,
-:mod:`prereg.e04.runvectors`). Items are paired with the plan's cells by their item key
+:mod:`prereg.e04.runvectors`) with which of them the run computed and which it read
+(``e04_vectors_origin.timing.json``). Items are paired with the plan's cells by their item key
 (the cell id their recorded coordinates give, :func:`prereg.e04.plan.item_key`), never by
 test name or folder name. The replay (:mod:`prereg.e04.replay`) recomputes the same.
 """
@@ -12,10 +13,10 @@ from __future__ import annotations
 
 from prereg.api import RunView, read_json, write_json
 from prereg.e04 import analysis
-from prereg.e04.cells import BASELINE, S001, S002, CorpusStore
+from prereg.e04.cells import BASELINE, EMBEDDED_TEXTS, S001, S002, TIMING, CorpusStore
 from prereg.e04.inputs import LoadedInputs, bound_inputs, load_inputs, open_cache
 from prereg.e04.plan import Cell, E04Settings, grid
-from prereg.e04.runvectors import RunTexts, bind_run_vectors, run_texts
+from prereg.e04.runvectors import RunTexts, bind_run_vectors, run_texts, write_vector_origin
 from prereg.e04.tasks import load_task_file
 
 SUMMARY = "e04_summary.json"
@@ -109,3 +110,11 @@ def bind_vectors(view: RunView, settings: E04Settings) -> None:
         bind_run_vectors(view.summary_dir, settings, texts, cache)
     finally:
         cache.close()
+    computed = {
+        text
+        for item in view.items
+        for text in read_json(
+            view.item_dir(item) / TIMING, what=f"{TIMING} of {item['nodeid']}"
+        ).get(EMBEDDED_TEXTS, ())
+    }
+    write_vector_origin(view.summary_dir, sorted(texts.texts), computed)
