@@ -22,7 +22,7 @@ from prereg.e04.backends import TokenHashBackend
 from prereg.e04.cache import VectorCache
 from prereg.e04.runvectors import VECTOR_KEYS_FILE, VECTOR_ORIGIN_FILE, VECTORS_FILE
 from support.checkout import CHECKOUT
-from support.e04_project import CACHE, check_plan, make_project
+from support.e04_project import check_plan, make_project
 
 COLD, WARM, SHARED = "e04-20260301-001", "e04-20260301-002", "e04-20260301-003"
 
