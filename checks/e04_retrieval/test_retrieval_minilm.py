@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prereg.e04.embeddings import EmbeddingInputError, MiniLMBackend
 
@@ -49,3 +51,51 @@ def test_real_embeddings_are_normalised_384d_and_repeatable() -> None:
     pair = backend.embed(["restore the build cache", "load cached build artifacts"])
     other = backend.embed(["the cat sat on the mat"])
     assert pair[0] @ pair[1] > 0.5 > pair[0] @ other[0]
+
+
+GO_TEXTS = (
+    "func (r *Runner) Run() error { return r.exec(context.Background()) }",
+    "restore the build cache",
+    "package main",
+    "func Parse(s string) (int, error) {\n\tn, err := strconv.Atoi(s)\n\treturn n, err\n}",
+    "// Close releases the cache's file lock.\nfunc (c *Cache) Close() error { return c.f.Close() }",
+    "load cached build artifacts from the runner's volume",
+    "func add(a, b int) int { return a + b }",
+    "x",
+)
+
+
+@pytest.fixture(scope="module")
+def minilm_reference():
+    """The backend and each text's vector embedded alone, in a call of its own."""
+    backend = MiniLMBackend("c1", batch_size=3)
+    return backend, {text: backend.embed([text])[0].tobytes() for text in GO_TEXTS}
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None)
+@given(order=st.permutations(GO_TEXTS), cuts=st.lists(st.integers(1, len(GO_TEXTS)), max_size=4))
+def test_a_vector_has_the_same_bytes_in_any_batch_order_or_composition(
+    minilm_reference, order, cuts
+) -> None:
+    backend, alone = minilm_reference
+    bounds = [0, *sorted(set(cuts)), len(order)]
+    for start, stop in zip(bounds, bounds[1:]):
+        batch = list(order[start:stop])
+        for text, row in zip(batch, backend.embed(batch)):
+            assert row.tobytes() == alone[text], text
+
+
+@pytest.mark.slow
+def test_a_vector_does_not_depend_on_the_process_thread_count(minilm_reference) -> None:
+    import torch
+
+    backend, alone = minilm_reference
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        rows = backend.embed(list(GO_TEXTS))
+        assert torch.get_num_threads() == 2  # the backend restores what the process set
+    finally:
+        torch.set_num_threads(before)
+    assert [row.tobytes() for row in rows] == [alone[t] for t in GO_TEXTS]
