@@ -447,9 +447,10 @@ def gather(
     conditions. ``snapshot`` (a :class:`prereg.snapshot.Snapshot`): this process's code runs
     from that folder, not from the checkout; the plan, the baseline's files and the code are
     read there, the approval, runs and git records in the checkout. ``session_follows``: this
-    process is the launcher of a hermetic session, whose own gate judges the environment lock
-    and the bytecode of the installed harness again (:func:`prereg.execution.problems`); the
-    launcher leaves both to it."""
+    process is the launcher of a hermetic session, whose own gate judges the environment lock,
+    the bytecode of the installed harness (:func:`prereg.execution.problems`) and the stage
+    kind's own check (``StageKind.gate_check``: E04 loads its embedding model for it) again,
+    before anything is spent; the launcher leaves them to it."""
     root = Path(root)
     record_rel = Path(record_path).relative_to(root).as_posix()
     head = gitrepo.head_commit(root)
@@ -488,7 +489,7 @@ def gather(
         problems += requirements.dependency_problems(
             root, record["requires"], plan_sha256=record["plan"]["sha256"]
         )
-        if plan is not None and not problems:
+        if plan is not None and not problems and not session_follows:
             kind = load_kind(spec["kind"])
             if kind.gate_check is not None:
                 problems += kind.gate_check(root, plan, stage, record)
