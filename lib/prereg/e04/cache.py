@@ -619,7 +619,7 @@ def embed_with_cache_report(
     unique = list(first_text)
     stored = cache.get_many(identity, unique)
     missing = [h for h in unique if h not in stored]
-    # Batches of similar length pad less (MiniLM: 2.3x faster on Go functions).
+    # By length, from opposite ends in two workers: they meet in the middle and rarely wait.
     missing.sort(key=lambda h: len(first_text[h]), reverse=os.getpid() % 2 == 1)  # stable
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
     throttle = progress.Throttle()
