@@ -10,18 +10,9 @@ from pathlib import Path
 from prereg.e04.replay import replay_run
 from prereg.plans import load_plan
 from prereg.stages import RunView
+from support.e04_project import result_files
 
 SERIAL, PARALLEL = "e04-20260101-001", "e04-20260101-002"
-
-
-def _outputs(run_dir: Path) -> dict[str, bytes]:
-    """Every item and summary file except the non-reproducible *.timing.json ones."""
-    return {
-        p.relative_to(run_dir).as_posix(): p.read_bytes()
-        for folder in ("items", "summary")
-        for p in sorted((run_dir / folder).rglob("*"))
-        if p.is_file() and not p.name.endswith(".timing.json")
-    }
 
 
 def _cells(run_dir: Path) -> dict[str, Path]:
@@ -48,7 +39,10 @@ def test_two_workers_give_byte_identical_result_files(e04_runs):
     project, results = e04_runs
     assert results[PARALLEL].returncode == 0, results[PARALLEL].stdout + results[PARALLEL].stderr
     assert project.manifest(PARALLEL)["workers"] == 2
-    serial, parallel = _outputs(project.run_dir(SERIAL)), _outputs(project.run_dir(PARALLEL))
+    serial, parallel = (
+        result_files(project.run_dir(SERIAL)),
+        result_files(project.run_dir(PARALLEL)),
+    )
     # 3 records per cell; the summary (JSON, text) and the bound vectors (.npy, keys)
     assert len(serial) == 18 * 3 + 4
     assert serial.keys() == parallel.keys()

@@ -22,7 +22,7 @@ from prereg.e04.backends import TokenHashBackend
 from prereg.e04.cache import VectorCache
 from prereg.e04.runvectors import VECTOR_KEYS_FILE, VECTOR_ORIGIN_FILE, VECTORS_FILE
 from support.checkout import CHECKOUT
-from support.e04_project import check_plan, make_project
+from support.e04_project import check_plan, make_project, result_files
 
 COLD, WARM, SHARED = "e04-20260301-001", "e04-20260301-002", "e04-20260301-003"
 
@@ -35,16 +35,6 @@ def minilm_plan() -> dict:
     plan["stages"]["e04"]["parameters"]["embedding"] = embedding
     plan["plan_id"] = "e04-robustness-1.0-check-minilm"
     return plan
-
-
-def result_files(run_dir: Path) -> dict[str, bytes]:
-    """Every item and summary file except the measured ``*.timing.json`` ones."""
-    return {
-        p.relative_to(run_dir).as_posix(): p.read_bytes()
-        for folder in ("items", "summary")
-        for p in sorted((run_dir / folder).rglob("*"))
-        if p.is_file() and not p.name.endswith(".timing.json")
-    }
 
 
 def bound_vectors(run_dir: Path) -> tuple[list[str], np.ndarray]:

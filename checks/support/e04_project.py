@@ -49,6 +49,16 @@ def check_plan(tasks: int = TASKS) -> dict:
     return plan
 
 
+def result_files(run_dir: Path) -> dict[str, bytes]:
+    """Every item and summary file of a run except the measured ``*.timing.json`` ones."""
+    return {
+        p.relative_to(run_dir).as_posix(): p.read_bytes()
+        for folder in ("items", "summary")
+        for p in sorted((run_dir / folder).rglob("*"))
+        if p.is_file() and not p.name.endswith(".timing.json")
+    }
+
+
 def make_fixture(dest: Path, tasks: int = TASKS) -> SyntheticFixture:
     return make_synthetic_repository(
         dest,
