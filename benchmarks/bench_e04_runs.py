@@ -18,7 +18,6 @@ invocation), and whether the two runs' result files are byte-identical.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -27,18 +26,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from prereg.hashing import sha256_file
+from prereg.runs import RunFolder
+
 CHECKOUT = Path(__file__).resolve().parents[1]
 PLAN = "plans/E04_GOSTDLIB_PLAN.json"
 
 
 def result_files(run_dir: Path) -> dict[str, str]:
-    """SHA-256 of every item and summary file but the measured ``*.timing.json`` ones."""
-    return {
-        p.relative_to(run_dir).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for folder in ("items", "summary")
-        for p in sorted((run_dir / folder).rglob("*"))
-        if p.is_file() and not p.name.endswith(".timing.json")
-    }
+    """SHA-256 of each of a run's result files (:meth:`prereg.runs.RunFolder.result_files`)."""
+    return {rel: sha256_file(path) for rel, path in RunFolder(run_dir).result_files().items()}
 
 
 def timed(command: list[str], cwd: Path, env: dict) -> tuple[float, str]:

@@ -21,7 +21,7 @@ import numpy as np
 from prereg.e04.backends import TokenHashBackend
 from prereg.e04.embeddings import identity_sha256
 from prereg.e04.synthetic import SyntheticFixture, make_synthetic_repository
-from prereg.runs import refusals_dir
+from prereg.runs import RunFolder, refusals_dir
 from prereg.seeds import numpy_generator
 from prereg.testing import ScratchProject
 from support.checkout import CHECKOUT
@@ -50,13 +50,8 @@ def check_plan(tasks: int = TASKS) -> dict:
 
 
 def result_files(run_dir: Path) -> dict[str, bytes]:
-    """Every item and summary file of a run except the measured ``*.timing.json`` ones."""
-    return {
-        p.relative_to(run_dir).as_posix(): p.read_bytes()
-        for folder in ("items", "summary")
-        for p in sorted((run_dir / folder).rglob("*"))
-        if p.is_file() and not p.name.endswith(".timing.json")
-    }
+    """The bytes of a run's result files (:meth:`prereg.runs.RunFolder.result_files`)."""
+    return {rel: path.read_bytes() for rel, path in RunFolder(run_dir).result_files().items()}
 
 
 def make_fixture(dest: Path, tasks: int = TASKS) -> SyntheticFixture:

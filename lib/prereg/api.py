@@ -39,7 +39,8 @@ Seeds
 Stage kinds, items, runs and plans
     :class:`StageKind`, :class:`RunView`, :func:`coordinate_key`, :func:`load_kind`,
     :class:`ItemContext`, :class:`BudgetExceeded`, :class:`SectionContext`,
-    :class:`RunFolder`, :class:`RunLayout`, :func:`load_plan`, :class:`Plan`,
+    :class:`RunFolder`, :class:`RunLayout`, :data:`MEASURED_SUFFIX`, :func:`load_plan`,
+    :class:`Plan`,
     :func:`validate_stage`.
 Records and formats (what prereg's own protocols, :mod:`prereg.rp002a` and :mod:`prereg.e04`, use)
     canonical JSON and hashes (:func:`write_json`, :func:`read_json`, :func:`canonical_json`,
@@ -80,7 +81,7 @@ from prereg.provenance import PeakScope
 from prereg.registry import ExtensionPoint
 from prereg.report import html, plots
 from prereg.report.sections import SectionContext
-from prereg.runs import RunFolder, RunLayout
+from prereg.runs import MEASURED_SUFFIX, RunFolder, RunLayout
 from prereg.schema import (
     ANY,
     Finite,
@@ -112,6 +113,7 @@ from prereg.typed_settings import (
 
 __all__ = [
     "ANY",
+    "MEASURED_SUFFIX",
     "ApprovalError",
     "BudgetExceeded",
     "ExtensionPoint",

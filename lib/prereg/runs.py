@@ -122,6 +122,12 @@ def item_dir_name(nodeid: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=+\[\]-]", "_", nodeid.split("::", 1)[-1])
 
 
+MEASURED_SUFFIX = ".timing.json"
+"""The name ending of an output file that holds what was measured, not computed (seconds,
+peak memory, which vectors came from a cache): it differs between honest runs, so no
+comparison of results reads it (:meth:`RunFolder.result_files`)."""
+
+
 class RunFolder:
     """The files inside one run folder, wherever the folder is.
 
@@ -183,6 +189,17 @@ class RunFolder:
     @property
     def summary_dir(self) -> Path:
         return self.folder / SUMMARY_DIR
+
+    def result_files(self) -> dict[str, Path]:
+        """Every item and summary file that holds a result, by its path relative to the
+        folder (sorted): the files two honest runs of one approved stage agree on byte for
+        byte, so not the run's records and no :data:`MEASURED_SUFFIX` file."""
+        return {
+            path.relative_to(self.folder).as_posix(): path
+            for top in (self.items_dir, self.summary_dir)
+            for path in sorted(top.rglob("*"))
+            if path.is_file() and not path.name.endswith(MEASURED_SUFFIX)
+        }
 
     @staticmethod
     def item_folder(output_dir: str) -> str:

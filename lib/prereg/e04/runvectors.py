@@ -44,7 +44,13 @@ from pathlib import Path
 
 import numpy as np
 
-from prereg.api import canonical_json, numpy_generator, sha256_bytes, sha256_file
+from prereg.api import (
+    MEASURED_SUFFIX,
+    canonical_json,
+    numpy_generator,
+    sha256_bytes,
+    sha256_file,
+)
 from prereg.e04.backends import MissingVectorError
 from prereg.e04.cells import BASELINE, S001, S002, CorpusStore
 from prereg.e04.embeddings import canonical_identity_json, identity_sha256
@@ -54,9 +60,9 @@ from prereg.e04.types import GoFunction
 
 VECTORS_FILE = "e04_vectors.npy"
 VECTOR_KEYS_FILE = "e04_vectors.json"
-VECTOR_ORIGIN_FILE = "e04_vectors_origin.timing.json"
-"""Which bound vectors this run computed and which it read from the cache: not reproducible
-(a warm run computes none), so named like the other measured files (``*.timing.json``)."""
+VECTOR_ORIGIN_FILE = f"e04_vectors_origin{MEASURED_SUFFIX}"
+"""Which bound vectors this run computed and which it read from the cache: measured, not a
+result (a warm run computes none), so it ends in :data:`prereg.runs.MEASURED_SUFFIX`."""
 
 REEMBED_RANDOM_SAMPLE = 64
 """Bound texts re-embedded at random by the audit beyond those that decide a measure.

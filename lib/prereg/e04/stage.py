@@ -157,7 +157,8 @@ def _run_item(context: ItemContext, cell: Cell, *, root: Path, inputs: dict[str,
     shared = context.rehearsal or root
     workspace, loaded = workspace_for(shared, context.plan, context.stage, inputs)
     rng = context.numpy_generator(cell.task_id, settings.distractor_seed_label)
-    stored_before = len(workspace.cache.inserted) if workspace.cache is not None else 0
+    inserted = workspace.cache.inserted if workspace.cache is not None else []
+    stored_before = len(inserted)
     outputs = compute_cell(
         cell,
         loaded.task_file.task(cell.task_id),
@@ -170,8 +171,7 @@ def _run_item(context: ItemContext, cell: Cell, *, root: Path, inputs: dict[str,
             context.seed_namespace, cell.task_id, settings.distractor_seed_label
         ),
     )
-    embedded = workspace.cache.inserted[stored_before:] if workspace.cache is not None else []
-    outputs.timing[EMBEDDED_TEXTS] = sorted(embedded)
+    outputs.timing[EMBEDDED_TEXTS] = sorted(inserted[stored_before:])
     write_outputs(context.outputs, outputs)
     progress.note(f"cell {cell.item_id}: done in {time.perf_counter() - start:.1f} s")
     context.check_budget()
