@@ -185,8 +185,11 @@ def test_a_gate_switched_off_from_inside_the_run_is_found_by_the_audit(tmp_path)
         "PYTHONPATH was",
         "PYTEST_ADDOPTS was",
         f"ran from {outside / 'evil.py'}",
+        "the session's environment held",
     ):
         assert expected in audit.stdout, (expected, audit.stdout)
+    held = next(line for line in audit.stdout.splitlines() if "environment held" in line)
+    assert "PYTEST_ADDOPTS" in held and "PYTHONPATH" in held
 
 
 def test_a_foreign_plugin_forwarded_to_the_session_cannot_load(tmp_path):
@@ -556,3 +559,65 @@ def test_only_relative_output_paths_are_resolved_against_the_launchers_folder(va
         assert args == [f"--basetemp={Path('/launcher', value)}"]
     else:
         assert args == []
+
+
+BOOT_PROBE = """
+import json, os
+from prereg import execution, hermetic
+
+def test_probe():
+    os.environ["SET_AFTER_START"] = "by-code"  # as a library does when it loads
+    del os.environ["STARTED_WITH_ME"]  # a foreign variable removed before the gate records
+    names, since = hermetic.environment_at_start()
+    record = {"environment_names": list(names), "isolated": 1}
+    problems = execution.recorded_problems(record, lambda rel: None)
+    print("PROBE" + json.dumps({"names": list(names), "since": since, "problems": problems}))
+"""
+
+
+def test_the_boot_records_the_environment_a_session_started_with_and_what_its_code_set_later(
+    tmp_path,
+):
+    """A session started through the boot is judged on the variables it was started with: a
+    foreign one is found even when the session's code removes it before the gate records,
+    and one its code (a library loading) set later is recorded beside them, never judged."""
+    (tmp_path / "test_boot.py").write_text(BOOT_PROBE)
+    boot = Path(hermetic.__file__).with_name(hermetic.BOOT)
+    lib = Path(hermetic.__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-I", str(boot), str(lib), "-p", "no:cacheprovider", "-q", "-s",
+         "test_boot.py"],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"], "STARTED_WITH_ME": "1"},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("PROBE"))
+    probe = json.loads(line[len("PROBE") :])
+    assert "STARTED_WITH_ME" in probe["names"] and "SET_AFTER_START" not in probe["names"]
+    assert probe["since"]["SET_AFTER_START"] == "by-code"
+    held = [p for p in probe["problems"] if "environment held" in p]
+    assert len(held) == 1 and "STARTED_WITH_ME" in held[0] and "SET_AFTER_START" not in held[0]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    names=st.lists(
+        st.one_of(
+            st.sampled_from([*hermetic.PASSED_VARIABLES, *hermetic.SESSION_VARIABLES]),
+            st.from_regex(r"[A-Z][A-Z0-9_]{0,12}", fullmatch=True),
+        ),
+        unique=True,
+    )
+)
+def test_the_recorded_environment_names_exactly_the_variables_outside_the_allow_list(names):
+    from prereg import execution
+
+    found = execution.recorded_problems({"environment_names": names, "isolated": 1}, None)
+    held = [p for p in found if "environment held" in p]
+    foreign = hermetic.foreign_variables(names)
+    assert bool(held) == bool(foreign)
+    own = {*hermetic.PASSED_VARIABLES, *hermetic.SESSION_VARIABLES}
+    assert not own & set(foreign)
+    if held:
+        assert held[0].split(" held ")[1].startswith(", ".join(foreign))
