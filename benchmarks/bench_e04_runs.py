@@ -75,10 +75,10 @@ def main() -> None:
         "--input", f"reformulations={args.data / 'reformulations.json'}",
     ]  # fmt: skip
     today = time.strftime("%Y%m%d")
+    prereg = [sys.executable, "-m", "prereg.cli"]
     rows, files = [], []
     for number, label in ((1, "cold"), (2, "warm")):
         run_id = f"e04-{today}-{number:03d}"
-        prereg = [sys.executable, "-m", "prereg.cli"]
         timed([*prereg, "approve", "--stage", "e04", "--plan", PLAN, "--run-id", run_id,
                *inputs, "--accept-deviations"], repo, env)  # fmt: skip
         subprocess.run(["git", "add", "plans/approvals"], cwd=repo, check=True)
