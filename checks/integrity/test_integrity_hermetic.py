@@ -566,10 +566,11 @@ import json, os
 from prereg import execution, hermetic
 
 def test_probe():
-    os.environ["SET_AFTER_START"] = "by-code"  # as a library does when it loads
+    os.environ["SET_AFTER_START"] = "by-code"  # as a conftest could
+    os.environ["KMP_INIT_AT_FORK"] = "FALSE"  # as scikit-learn does when it loads
     del os.environ["STARTED_WITH_ME"]  # a foreign variable removed before the gate records
     names, since = hermetic.environment_at_start()
-    record = {"environment_names": list(names), "isolated": 1}
+    record = {"environment_names": list(names), "environment_set_in_session": since, "isolated": 1}
     problems = execution.recorded_problems(record, lambda rel: None)
     print("PROBE" + json.dumps({"names": list(names), "since": since, "problems": problems}))
 """
@@ -579,8 +580,9 @@ def test_the_boot_records_the_environment_a_session_started_with_and_what_its_co
     tmp_path,
 ):
     """A session started through the boot is judged on the variables it was started with: a
-    foreign one is found even when the session's code removes it before the gate records,
-    and one its code (a library loading) set later is recorded beside them, never judged."""
+    foreign one is found even when the session's code removes it before the gate records.
+    What its code set later is recorded beside them: a variable a library sets when it loads
+    passes, any other is refused (the session's xdist workers would inherit it)."""
     (tmp_path / "test_boot.py").write_text(BOOT_PROBE)
     boot = Path(hermetic.__file__).with_name(hermetic.BOOT)
     lib = Path(hermetic.__file__).resolve().parents[1]
@@ -598,6 +600,25 @@ def test_the_boot_records_the_environment_a_session_started_with_and_what_its_co
     assert probe["since"]["SET_AFTER_START"] == "by-code"
     held = [p for p in probe["problems"] if "environment held" in p]
     assert len(held) == 1 and "STARTED_WITH_ME" in held[0] and "SET_AFTER_START" not in held[0]
+    (code,) = [p for p in probe["problems"] if "code set" in p]
+    assert code.startswith("the session's code set SET_AFTER_START in its environment")
+
+
+def test_a_variable_a_committed_conftest_sets_before_the_gate_is_refused_before_spending(
+    tmp_path,
+):
+    """A conftest's ``os.environ`` reaches every xdist worker the session starts (an
+    ``LD_PRELOAD`` there loads a library outside the snapshot and the lock): the session's
+    gate refuses the variable, names it, and spends nothing."""
+    toy = make_toy_repo(tmp_path / "p")
+    conftest = toy.root / "conftest.py"
+    conftest.write_text(conftest.read_text() + 'import os\nos.environ["SET_BY_CONFTEST"] = "1"\n')
+    toy.commit("A conftest that sets a variable")
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy", "-n", "2")
+    assert done.returncode != 0
+    assert "the session's code set SET_BY_CONFTEST" in done.stdout + done.stderr
+    assert not ledger.is_spent(toy.root, RUN) and not toy.run_dir(RUN).exists()
 
 
 @settings(max_examples=50, deadline=None)

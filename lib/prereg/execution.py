@@ -70,7 +70,13 @@ from urllib.parse import unquote, urlparse
 
 from prereg import gitrepo
 from prereg.hashing import sha256_file
-from prereg.hermetic import PASSED_VARIABLES, environment_at_start, foreign_variables
+from prereg.hermetic import (
+    PASSED_VARIABLES,
+    SET_BY_LIBRARIES,
+    environment_at_start,
+    foreign_variables,
+    set_by_code,
+)
 
 PYC_SUFFIXES = (".pyc", ".pyo")
 # Every file name ending Python imports or the site module runs.
@@ -985,6 +991,15 @@ def recorded_problems(record: dict, committed_sha256) -> list[str]:
             f"the session's environment held {', '.join(foreign)}, which a session "
             "started by `pytest --research-stage=NAME` never has (its environment is "
             "allow-listed)"
+        )
+    added = set_by_code(record.get("environment_set_in_session") or ())
+    if added:
+        found.append(
+            f"the session's code set {', '.join(added)} in its environment before the gate "
+            "recorded the execution; the processes it starts (xdist workers) inherit them. A "
+            "research run's code sets no variable but those the libraries it loads set "
+            f"({', '.join(SET_BY_LIBRARIES)}): pass settings to the code, not through "
+            "os.environ in a conftest or stage module"
         )
     for name in RECORDED_VARIABLES:
         if record.get(name):

@@ -67,6 +67,12 @@ SIGTERM_HANDOFF = "PREREG_SIGTERM_HANDOFF"
 # Variables pytest and xdist set in a session's own environment while it runs.
 SET_BY_PYTEST = ("PYTEST_VERSION", "PYTEST_CURRENT_TEST")
 SET_BY_XDIST_PREFIX = "PYTEST_XDIST_"
+# Variables libraries set in os.environ when they load, which a session's code may therefore
+# set before its gate records the execution (a kind's gate check loads them): scikit-learn
+# and threadpoolctl (the OpenMP pair) and sentence-transformers (the inductor cache). Any
+# other variable a session's code sets before then is refused, as one it started with
+# would be: the session's processes (xdist workers) inherit it.
+SET_BY_LIBRARIES = ("KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "TORCHINDUCTOR_CACHE_DIR")
 
 
 def foreign_variables(names) -> list[str]:
@@ -76,14 +82,20 @@ def foreign_variables(names) -> list[str]:
     return sorted(n for n in names if n not in own and not n.startswith(SET_BY_XDIST_PREFIX))
 
 
+def set_by_code(names) -> list[str]:
+    """The names in ``names`` (variables a session's code set after it started) that neither
+    a session started by the launcher nor a library it loads (:data:`SET_BY_LIBRARIES`) sets."""
+    return [n for n in foreign_variables(names) if n not in SET_BY_LIBRARIES]
+
+
 def environment_at_start() -> tuple[tuple[str, ...], dict[str, str]]:
     """(names of the variables this process started with, the variables set since).
 
     In a hermetic session the names are those the boot read before anything was imported
     (:data:`prereg.hermetic_boot.ENVIRONMENT_AT_START`); what the session's own code set
     later (a library loaded by a kind's gate check sets its offline and OpenMP variables)
-    is the second value, recorded beside them and never judged as the session's
-    environment. Any other process (approve, a rehearsal, a process not started from the
+    is the second value, recorded beside them and judged against :data:`SET_BY_LIBRARIES`
+    (:func:`set_by_code`). Any other process (approve, a rehearsal, a process not started from the
     boot) reports its environment as it is now, with nothing set since.
     """
     main = sys.modules.get("__main__")
