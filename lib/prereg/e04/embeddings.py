@@ -190,8 +190,12 @@ class MiniLMBackend:
 
     def _loaded_model(self) -> Any:
         if self._model is None:
-            # sentence_transformers: heavy, optional (the e04 extra's MiniLM needs it)
+            # sentence_transformers, transformers: heavy, optional (the e04 extra's MiniLM)
             from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as transformers_logging
+
+            # its "Loading weights" bar on stderr, in every process that loads the model
+            transformers_logging.disable_progress_bar()
 
             model = SentenceTransformer(str(self.model_path), device="cpu", local_files_only=True)
             if int(model.max_seq_length) != self.max_sequence_length:
