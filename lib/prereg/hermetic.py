@@ -93,10 +93,10 @@ def environment_at_start() -> tuple[tuple[str, ...], dict[str, str]]:
 
     In a hermetic session the names are those the boot read before anything was imported
     (:data:`prereg.hermetic_boot.ENVIRONMENT_AT_START`); what the session's own code set
-    later (a library loaded by a kind's gate check sets its offline and OpenMP variables)
-    is the second value, recorded beside them and judged against :data:`SET_BY_LIBRARIES`
-    (:func:`set_by_code`). Any other process (approve, a rehearsal, a process not started from the
-    boot) reports its environment as it is now, with nothing set since.
+    later (a library loaded by a kind's gate check sets its OpenMP variables) is the second
+    value, recorded beside them and judged against :data:`SET_BY_LIBRARIES`
+    (:func:`set_by_code`). Any other process (approve, a rehearsal, a process not started
+    from the boot) reports its environment as it is now, with nothing set since.
     """
     main = sys.modules.get("__main__")
     started = None
