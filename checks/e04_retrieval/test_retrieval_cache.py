@@ -57,6 +57,33 @@ def test_vectors_persist_and_are_returned_byte_identical(tmp_path: Path) -> None
     assert backend.calls == [] and a.tobytes() == b.tobytes()
 
 
+def test_a_vector_is_read_from_the_file_once_per_cache_object(tmp_path: Path) -> None:
+    """Corpora that share most texts: each vector is read once, returned read-only, and a
+    second request for it (and for texts not stored) reads only what is not yet read."""
+    backend = HashingBackend()
+    identity = backend.identity()
+    with open_cache(tmp_path / "v.sqlite") as cache:
+        embed_with_cache(backend, cache, ["a", "b"], batch_size=4)
+    statements: list[str] = []
+    with open_cache(tmp_path / "v.sqlite") as cache:
+        cache._connection.set_trace_callback(statements.append)
+        texts = ["a", "b"]
+        keys = [text_sha256(text) for text in texts]
+        first = cache.get_many(identity, keys)
+        reads = [s for s in statements if s.startswith("SELECT text_sha256")]
+        assert len(reads) == 1
+        again = cache.get_many(identity, [*keys, text_sha256("never stored")])
+        reads = [s for s in statements if s.startswith("SELECT text_sha256")]
+        assert len(reads) == 2 and text_sha256("a") not in reads[-1]
+        assert again.keys() == first.keys()
+        for key, vector in zip(keys, HashingBackend().embed(texts)):
+            assert again[key].tobytes() == vector.tobytes()
+            with pytest.raises(ValueError, match="read-only"):
+                again[key][0] = 1.0
+    with open_cache(tmp_path / "v.sqlite") as other:
+        assert other.get_many(identity, keys)[keys[0]].tobytes() == first[keys[0]].tobytes()
+
+
 def test_another_identity_never_sees_the_vectors(tmp_path: Path) -> None:
     with open_cache(tmp_path / "v.sqlite") as cache:
         embed_with_cache(HashingBackend(name="one"), cache, ["x y"], batch_size=4)

@@ -39,6 +39,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +78,7 @@ class VectorCacheConflictError(VectorCacheError):
     """A different vector is already stored for the same (identity, text) key."""
 
 
+@lru_cache(maxsize=1 << 16)
 def text_sha256(text: str) -> str:
     """SHA-256 (hex) of the UTF-8 bytes of ``text``; the cache's text key."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -100,6 +102,12 @@ class VectorCache:
     inserted : list of str
         The text SHA-256 of every vector this object stored (first for its key), in order:
         what this process computed, as against what it read.
+
+    Notes
+    -----
+    A stored vector is never replaced (writes are ``INSERT OR IGNORE``), so each vector
+    this object has read is kept, read-only, and not read from the file again: a process
+    that indexes many corpora sharing most of their texts reads each vector once.
     """
 
     def __init__(
@@ -118,6 +126,7 @@ class VectorCache:
         self.path = Path(path)
         self.conflict_atol = float(conflict_atol)
         self.inserted: list[str] = []
+        self._read: dict[tuple[str, str], np.ndarray] = {}
         try:
             self._connection = sqlite3.connect(
                 self.path, timeout=busy_timeout_seconds, isolation_level=None
@@ -245,13 +254,15 @@ class VectorCache:
         return key
 
     def get_many(self, identity: dict, text_hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        """Stored vectors (float32) of ``text_hashes`` under ``identity``; misses are absent."""
+        """Stored vectors (float32, read-only) of ``text_hashes`` under ``identity``; misses
+        are absent."""
         key = identity_sha256(identity)
         unique = list(dict.fromkeys(text_hashes))
-        found: dict[str, np.ndarray] = {}
+        found = {h: self._read[key, h] for h in unique if (key, h) in self._read}
+        unread = [h for h in unique if h not in found]
         with self._guarded("reading vectors"):
-            for start in range(0, len(unique), _SELECT_BATCH):
-                batch = unique[start : start + _SELECT_BATCH]
+            for start in range(0, len(unread), _SELECT_BATCH):
+                batch = unread[start : start + _SELECT_BATCH]
                 marks = ",".join("?" * len(batch))
                 rows = self._connection.execute(
                     "SELECT text_sha256, dims, dtype, vector FROM vectors "
@@ -259,7 +270,9 @@ class VectorCache:
                     (key, *batch),
                 ).fetchall()
                 for text_hash, dims, dtype, blob in rows:
-                    found[text_hash] = self._decode(text_hash, dims, dtype, blob)
+                    vector = self._decode(text_hash, dims, dtype, blob)
+                    vector.flags.writeable = False
+                    found[text_hash] = self._read[key, text_hash] = vector
         return found
 
     def _decode(self, text_hash: str, dims: int, dtype: str, blob: bytes) -> np.ndarray:

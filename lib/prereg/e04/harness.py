@@ -51,7 +51,7 @@ from prereg.api import registry
 from prereg.e04.cache import VectorCache, embed_with_cache_report
 from prereg.e04.dense import DenseFileIndex
 from prereg.e04.embeddings import EmbeddingBackend
-from prereg.e04.lexical import BM25Index, BM25Parameters
+from prereg.e04.lexical import BM25Index, BM25Parameters, DocumentTerms, document_terms
 from prereg.e04.tokenize import TOKENIZER_VERSION, tokenize
 from prereg.e04.types import GoFunction, Task
 
@@ -318,10 +318,10 @@ def _function_ranking(
 
 
 @lru_cache(maxsize=1 << 16)
-def _text_tokens(text: str) -> tuple[str, ...]:
-    """``tokenize(text)`` as a tuple, remembered: a perturbed corpus re-indexes mostly the
-    same texts (S002 rebuilds every structure), and tokenizing dominates a BM25 build."""
-    return tuple(tokenize(text))
+def _terms(*texts: str) -> DocumentTerms:
+    """The bag of words of the texts' tokens, one after the other, remembered: a perturbed
+    corpus indexes mostly the documents of its base corpus again."""
+    return document_terms([token for text in texts for token in tokenize(text)])
 
 
 class LexicalIndex:
@@ -336,7 +336,7 @@ class LexicalIndex:
         self.chunks = _sorted_functions(functions, texts)
         self.files = BM25Index(
             {
-                path: (_text_tokens(path) if spec.include_path else ()) + _text_tokens(text)
+                path: _terms(path, text) if spec.include_path else _terms(text)
                 for path, text in texts.items()
             },
             spec.bm25,
@@ -345,7 +345,7 @@ class LexicalIndex:
         if self.chunks and spec.function_ranking == "bm25":
             width = len(str(len(self.chunks)))
             self.chunk_bm25 = BM25Index(
-                {f"{i:0{width}d}": _text_tokens(c.text) for i, c in enumerate(self.chunks)},
+                {f"{i:0{width}d}": _terms(c.text) for i, c in enumerate(self.chunks)},
                 spec.bm25,
             )
         self._embedding = (0, 0, 0)
