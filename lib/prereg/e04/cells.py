@@ -69,7 +69,7 @@ class CorpusStore:
     def __init__(self, repository: str | Path) -> None:
         self.repository = Path(repository)
         self._files: dict[str, dict[str, bytes]] = {}
-        self._parsed: dict[tuple[str, str], tuple[GoFunction, ...]] = {}
+        self._parsed: dict[tuple[str, bytes], tuple[GoFunction, ...]] = {}
         self._parents: dict[str, str] = {}
 
     def files(self, commit: str) -> dict[str, bytes]:
@@ -83,7 +83,9 @@ class CorpusStore:
         return self._files[commit]
 
     def parse(self, path: str, data: bytes) -> tuple[GoFunction, ...]:
-        key = (path, hashlib.sha256(data).hexdigest())
+        # Keyed by the bytes themselves: a bytes object hashes its content once, and every
+        # corpus of a commit (each S002 dose copies the base corpus) holds the same objects.
+        key = (path, bytes(data))
         if key not in self._parsed:
             self._parsed[key] = parse_go_functions(path, data)
         return self._parsed[key]
