@@ -9,8 +9,9 @@ Usage::
 
 Prints cold embedding throughput (MiniLM, empty cache), index build time per
 harness (H000, H008 with a warm cache), query latency, and BM25 index+query time
-of prereg.e04.lexical (bm25s's scores) with the project tokenizer against rank_bm25.BM25Okapi on the same
-tokens, measured in the same run. Timings are wall clock on this machine.
+of prereg.e04.lexical (bm25s's scores) with the project tokenizer against
+rank_bm25.BM25Okapi on the same tokens, measured in the same run. Timings are wall
+clock on this machine.
 """
 
 from __future__ import annotations
