@@ -38,7 +38,7 @@ import io
 import json
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,8 +130,9 @@ def run_texts(
     memo: dict[str, str] = {}
     corpus_memo: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
-    def corpus(key: str, files: Mapping[str, bytes], functions: Sequence[GoFunction]):
+    def corpus(key: str, build: Callable[[], tuple[Mapping[str, bytes], list[GoFunction]]]):
         if key not in corpus_memo:
+            files, functions = build()
             chunks = _sorted_functions(functions, files)  # FusedIndex's chunk order
             keys = []
             for chunk in chunks:
@@ -160,32 +161,49 @@ def run_texts(
         if query_key not in result.texts:
             result.texts[query_key] = query
             result.labels[query_key] = f"query of task {task.task_id} ({spec.query_source})"
-        base = corpora.files(task.base_commit)
         for file_name, record in sorted(records[name].items()):
-            if file_name == BASELINE:
-                key, files, functions = task.base_commit, base, corpora.functions(base)
-            elif file_name == S001:
-                parent = corpora.parent(task.base_commit)
-                files = corpora.files(parent)
-                key, functions = parent, corpora.functions(files)
-            elif file_name == S002:
-                added = record.get("distractors") or []
-                files = dict(base)
-                functions = corpora.functions(base)
-                for d in added:
-                    data = str(d["source"]).encode("utf-8")
-                    files[d["path"]] = data
-                    functions.extend(corpora.parse(d["path"], data))
-                key = task.base_commit + "+" + ",".join(str(d["sha256"]) for d in added)
-            else:
+            found = _condition_corpus(file_name, record, task.base_commit, corpora)
+            if found is None:
                 continue
-            chunks, paths = corpus(key, files, functions)
+            chunks, paths = corpus(*found)
             result.conditions.append(
                 Condition(
                     name, file_name, task.task_id, cell.harness, chunks, paths, query_key, record
                 )
             )
     return result
+
+
+def _condition_corpus(
+    file_name: str, record: Mapping, base_commit: str, corpora: CorpusStore
+) -> tuple[str, Callable[[], tuple[Mapping[str, bytes], list[GoFunction]]]] | None:
+    """The key of the corpus a condition's record searched, and how to build its files and
+    functions (only when a corpus of that key is not built yet); None for other files."""
+    if file_name == BASELINE:
+        return base_commit, lambda: _with_functions(corpora, corpora.files(base_commit))
+    if file_name == S001:
+        parent = corpora.parent(base_commit)
+        return parent, lambda: _with_functions(corpora, corpora.files(parent))
+    if file_name == S002:
+        added = record.get("distractors") or []
+
+        def perturbed() -> tuple[Mapping[str, bytes], list[GoFunction]]:
+            files = dict(corpora.files(base_commit))
+            functions = corpora.functions(files)
+            for d in added:
+                data = str(d["source"]).encode("utf-8")
+                files[d["path"]] = data
+                functions.extend(corpora.parse(d["path"], data))
+            return files, functions
+
+        return base_commit + "+" + ",".join(str(d["sha256"]) for d in added), perturbed
+    return None
+
+
+def _with_functions(
+    corpora: CorpusStore, files: Mapping[str, bytes]
+) -> tuple[Mapping[str, bytes], list[GoFunction]]:
+    return files, corpora.functions(files)
 
 
 def _matrix_sha256(rows: np.ndarray) -> str:
