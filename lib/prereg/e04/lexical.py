@@ -210,10 +210,10 @@ class BM25Index:
         lengths = np.array([t.length for t in terms])
         average = lengths.mean()
         df = self._document_frequency[self._postings_ids]
-        present = np.unique(df)
+        idf_of = {value: parameters.idf(value, n) for value in np.unique(df).tolist()}
         idf = np.zeros(n + 1, dtype=np.float32)
-        for value in present.tolist():
-            idf[value] = parameters.idf(value, n)
+        for value, exact in idf_of.items():
+            idf[value] = exact
         tf = np.concatenate([t.counts for t in terms])
         component = parameters.term_frequency_component(
             tf, lengths[self._postings_documents], average
@@ -222,10 +222,10 @@ class BM25Index:
         if parameters.variant not in _SUBTRACTS_NON_OCCURRENCE:
             return weights.astype(np.float32), None
         non_occurrence = np.zeros(n + 1, dtype=np.float32)
-        if present.size:
+        if idf_of:
             absent = parameters.term_frequency_component(0, average, average)
-            for value in present.tolist():
-                non_occurrence[value] = parameters.idf(value, n) * absent
+            for value, exact in idf_of.items():
+                non_occurrence[value] = exact * absent
         weights -= non_occurrence[df]
         return weights.astype(np.float32), non_occurrence
 

@@ -52,6 +52,7 @@ from prereg.api import (
     sha256_file,
 )
 from prereg.e04.backends import MissingVectorError
+from prereg.e04.cache import text_sha256
 from prereg.e04.cells import BASELINE, S001, S002, CorpusStore
 from prereg.e04.embeddings import canonical_identity_json, identity_sha256
 from prereg.e04.harness import _sorted_functions, query_for
@@ -77,16 +78,6 @@ AUDIT_SAMPLE_NAMESPACE = "prereg-audit-e04-reembed"
 _EMBED_SLICE = 256  # texts per backend call while re-embedding (memory bound only)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _STORED = np.dtype("<f4")
-
-
-def text_key(text: str, memo: dict[str, str] | None = None) -> str:
-    """SHA-256 (hex) of the UTF-8 text: the cache's and the bound file's key."""
-    if memo is not None and text in memo:
-        return memo[text]
-    key = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    if memo is not None:
-        memo[text] = key
-    return key
 
 
 @dataclass(frozen=True)
@@ -127,7 +118,6 @@ def run_texts(
     the S002 record lists (the replay checks those against their regeneration).
     """
     result = RunTexts()
-    memo: dict[str, str] = {}
     corpus_memo: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
     def corpus(key: str, build: Callable[[], tuple[Mapping[str, bytes], list[GoFunction]]]):
@@ -136,7 +126,7 @@ def run_texts(
             chunks = _sorted_functions(functions, files)  # FusedIndex's chunk order
             keys = []
             for chunk in chunks:
-                k = text_key(chunk.text, memo)
+                k = text_sha256(chunk.text)
                 if k not in result.texts:
                     result.texts[k] = chunk.text
                     receiver = f"({chunk.receiver}) " if chunk.receiver else ""
@@ -157,7 +147,7 @@ def run_texts(
             continue
         task = task_file.task(cell.task_id)
         query = query_for(spec, task, reformulations)
-        query_key = text_key(query, memo)
+        query_key = text_sha256(query)
         if query_key not in result.texts:
             result.texts[query_key] = query
             result.labels[query_key] = f"query of task {task.task_id} ({spec.query_source})"

@@ -33,7 +33,7 @@ import numpy as np
 from prereg.api import ApprovalError, ItemContext, Plan, StageKind, derivation, write_json
 from prereg.e04 import progress
 from prereg.e04.backends import build_backend
-from prereg.e04.cache import VectorCacheError, inspect_cache, read_vectors
+from prereg.e04.cache import VectorCacheError, inspect_cache, read_vectors, text_sha256
 from prereg.e04.cells import (
     EMBEDDED_TEXTS,
     TIMING,
@@ -57,7 +57,6 @@ from prereg.e04.inputs import (
 from prereg.e04.plan import Cell, E04Settings, grid, item_key, settings_of
 from prereg.e04.replay import replay_run
 from prereg.e04.report import render_e04
-from prereg.e04.runvectors import text_key
 from prereg.e04.summary import SUMMARY, SUMMARY_TEXT, summarise
 from prereg.e04.tasks import load_task_file, locate_gold_functions
 
@@ -222,10 +221,13 @@ def probe_texts(settings: E04Settings, loaded: LoadedInputs) -> dict[str, tuple[
     for task in loaded.task_file.tasks:
         for spec in dense:
             query = query_for(spec, task, loaded.reformulations.texts)
-            texts[text_key(query)] = (query, f"query of task {task.task_id} ({spec.query_source})")
+            texts[text_sha256(query)] = (
+                query,
+                f"query of task {task.task_id} ({spec.query_source})",
+            )
         sources = {f: read_blob_at(loaded.repository, task.base_commit, f) for f in task.gold_files}
         for gold in locate_gold_functions(task, sources):
-            texts[text_key(gold.text)] = (
+            texts[text_sha256(gold.text)] = (
                 gold.text,
                 f"gold function {gold.name} of {gold.path} (task {task.task_id})",
             )
