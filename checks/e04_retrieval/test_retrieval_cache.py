@@ -2,12 +2,14 @@ import pytest
 
 pytestmark = pytest.mark.software
 
+import hashlib
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -19,6 +21,7 @@ from prereg.e04.cache import (
     embed_with_cache_report,
     text_sha256,
 )
+from prereg.e04.runvectors import VECTORS_FILE, Condition, RunTexts, bind_run_vectors
 from support.checkout import CHECKS
 from support.e04_doubles import HashingBackend
 
@@ -82,6 +85,50 @@ def test_a_vector_is_read_from_the_file_once_per_cache_object(tmp_path: Path) ->
                 again[key][0] = 1.0
     with open_cache(tmp_path / "v.sqlite") as other:
         assert other.get_many(identity, keys)[keys[0]].tobytes() == first[keys[0]].tobytes()
+
+
+def test_a_vector_replaced_in_the_file_after_a_worker_read_it_is_refused_at_binding(
+    tmp_path: Path,
+) -> None:
+    """A worker keeps what it read, so it searches the vector it read first even when the
+    row is replaced in the file afterwards (by hand, or by a tool that writes INSERT OR
+    REPLACE); the summary binds from a cache object of its own and refuses the run."""
+    backend = HashingBackend()
+    identity = backend.identity()
+    chunks, query = ["func A() {}", "func B() {}"], "find b"
+    worker = open_cache(tmp_path / "v.sqlite")
+    vectors = embed_with_cache(backend, worker, [*chunks, query], batch_size=4)
+
+    def record_hash(rows: np.ndarray) -> str:
+        return hashlib.sha256(np.ascontiguousarray(rows, dtype="<f4").tobytes()).hexdigest()
+
+    record = {
+        "index": {
+            "chunk_vectors_sha256": record_hash(vectors[:2]),
+            "query_vector_sha256": record_hash(vectors[2:]),
+        }
+    }
+    keys = [text_sha256(t) for t in [*chunks, query]]
+    texts = RunTexts(
+        texts=dict(zip(keys, [*chunks, query])),
+        labels={k: f"text {i}" for i, k in enumerate(keys)},
+        conditions=[
+            Condition("T1-H008-s0", "s002.json", "T1", "H008", tuple(keys[:2]),
+                      ("a.go", "b.go"), keys[2], record)
+        ],
+    )  # fmt: skip
+    with sqlite3.connect(tmp_path / "v.sqlite") as connection:
+        other = np.roll(vectors[1], 1).astype("<f4").tobytes()
+        connection.execute("UPDATE vectors SET vector = ? WHERE text_sha256 = ?", (other, keys[1]))
+    assert worker.get_many(identity, keys[1:2])[keys[1]].tobytes() == vectors[1].tobytes()
+    worker.close()
+    settings = SimpleNamespace(embedding={"identity": identity})
+    with (
+        open_cache(tmp_path / "v.sqlite") as summary,
+        pytest.raises(ValueError, match="now holds other vectors than the items searched"),
+    ):
+        bind_run_vectors(tmp_path, settings, texts, summary)
+    assert not (tmp_path / VECTORS_FILE).exists()
 
 
 def test_another_identity_never_sees_the_vectors(tmp_path: Path) -> None:
