@@ -40,6 +40,25 @@ def test_read_tree_many_files_in_one_batch(make_repo):
     assert read_tree(repo, commit) == {k: v.encode() for k, v in files.items()}
 
 
+def test_read_tree_with_a_blob_memo_reads_each_content_once(make_repo, monkeypatch):
+    from prereg.e04 import gitcorpus
+
+    repo, (first, second) = make_repo([ONE, TWO])
+    asked: list[str] = []
+    cat = gitcorpus._cat_blobs
+    monkeypatch.setattr(
+        gitcorpus, "_cat_blobs", lambda path, objects: asked.extend(objects) or cat(path, objects)
+    )
+    blobs: dict[str, bytes] = {}
+    one = read_tree(repo, first, blobs=blobs)
+    two = read_tree(repo, second, blobs=blobs)
+    again = read_tree(repo, first, blobs=blobs)
+    assert one == again == {"a/x.go": b"package a\n", "b/y.go": b"package b\n// v1\n"}
+    assert len(asked) == len(set(asked)) == len(blobs) == 4  # x, y v1, y v2, z
+    assert two == read_tree(repo, second)
+    assert again["a/x.go"] is one["a/x.go"]  # the same bytes object for the same content
+
+
 def test_resolve_and_first_parent(make_repo):
     repo, (first, second) = make_repo([ONE, TWO])
     assert resolve_commit(repo, "main") == second

@@ -12,6 +12,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from prereg.e04.cache import (
     VectorCache,
@@ -19,11 +22,26 @@ from prereg.e04.cache import (
     VectorCacheError,
     embed_with_cache,
     embed_with_cache_report,
+    float32_sha256,
     text_sha256,
 )
 from prereg.e04.runvectors import VECTORS_FILE, Condition, RunTexts, bind_run_vectors
 from support.checkout import CHECKS
 from support.e04_doubles import HashingBackend
+
+
+@given(
+    hnp.arrays(
+        st.sampled_from(["<f4", ">f4"]),
+        hnp.array_shapes(min_dims=1, max_dims=2, max_side=6),
+        elements=st.floats(width=32, allow_nan=False),
+    ),
+    st.booleans(),
+)
+def test_float32_sha256_is_the_hash_of_little_endian_c_order_bytes(vectors, transposed):
+    view = vectors.T if transposed else vectors  # a Fortran-ordered view when 2-D
+    expected = hashlib.sha256(np.ascontiguousarray(view, dtype="<f4").tobytes()).hexdigest()
+    assert float32_sha256(view) == expected
 
 
 def open_cache(path: Path, atol: float = 0.0) -> VectorCache:

@@ -84,6 +84,12 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def float32_sha256(vectors: np.ndarray) -> str:
+    """SHA-256 (hex) of ``vectors`` as little-endian float32 in C order: how a record names
+    the vectors an index searched (hashed in place when they already are that)."""
+    return hashlib.sha256(np.ascontiguousarray(vectors, dtype=_STORED)).hexdigest()
+
+
 class VectorCache:
     """An open vector cache file.
 

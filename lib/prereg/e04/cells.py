@@ -32,7 +32,6 @@ TokenCoverage@B exactly.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections import OrderedDict
@@ -44,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from prereg.e04 import progress
-from prereg.e04.cache import VectorCache, embed_with_cache
+from prereg.e04.cache import VectorCache, embed_with_cache, float32_sha256
 from prereg.e04.distractors import DistractorFile, generate_distractors
 from prereg.e04.gitcorpus import first_parent, read_tree
 from prereg.e04.goparse import parse_go_functions
@@ -69,13 +68,14 @@ class CorpusStore:
     def __init__(self, repository: str | Path) -> None:
         self.repository = Path(repository)
         self._files: dict[str, dict[str, bytes]] = {}
+        self._blobs: dict[str, bytes] = {}  # by git object id, shared by every commit read
         self._parsed: dict[tuple[str, bytes], tuple[GoFunction, ...]] = {}
         self._parents: dict[str, str] = {}
 
     def files(self, commit: str) -> dict[str, bytes]:
         if commit not in self._files:
             start = time.perf_counter()
-            self._files[commit] = read_tree(self.repository, commit)
+            self._files[commit] = read_tree(self.repository, commit, blobs=self._blobs)
             progress.note(
                 f"corpus: read {len(self._files[commit])} Go files at {commit[:12]} in "
                 f"{time.perf_counter() - start:.1f} s"
@@ -175,7 +175,7 @@ def vectors_sha256(index: Index) -> str | None:
         return None
     faiss_index = index.dense._index
     vectors = faiss_index.reconstruct_n(0, faiss_index.ntotal)
-    return hashlib.sha256(np.ascontiguousarray(vectors, dtype="<f4").tobytes()).hexdigest()
+    return float32_sha256(vectors)
 
 
 def query_vector_sha256(index: Index, query: str, workspace: Workspace) -> str | None:
@@ -185,7 +185,7 @@ def query_vector_sha256(index: Index, query: str, workspace: Workspace) -> str |
     vector = embed_with_cache(
         workspace.backend, workspace.cache, [query], batch_size=spec.embedding_batch_size
     )
-    return hashlib.sha256(np.ascontiguousarray(vector, dtype="<f4").tobytes()).hexdigest()
+    return float32_sha256(vector)
 
 
 def gold_functions_at_label(task: Task, corpora: CorpusStore) -> tuple[GoFunction, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import MutableMapping
 from pathlib import Path
 
 __all__ = [
@@ -184,7 +185,10 @@ def _cat_blobs(path: Path, objects: list[str]) -> list[bytes]:
 
 
 def read_tree(
-    repo: str | os.PathLike[str], commit: str, suffix: str | None = ".go"
+    repo: str | os.PathLike[str],
+    commit: str,
+    suffix: str | None = ".go",
+    blobs: MutableMapping[str, bytes] | None = None,
 ) -> dict[str, bytes]:
     """Every regular file of ``commit`` whose path ends with ``suffix``, by path.
 
@@ -196,6 +200,10 @@ def read_tree(
         Any revision naming a commit.
     suffix : str or None
         Keep paths ending with this string; ``None`` or ``""`` keeps every file.
+    blobs : mutable mapping of str to bytes, optional
+        Contents by git object id, read and filled: a blob already in it is not read
+        again, and every commit read with one mapping shares the bytes objects of the
+        files they have in common (an object id names its content).
 
     Returns
     -------
@@ -207,7 +215,7 @@ def read_tree(
     Notes
     -----
     One ``git ls-tree -r -z`` lists the tree and one ``git cat-file --batch``
-    process returns all blobs, so ~2,000 files take one round trip each.
+    process returns all blobs not in ``blobs``, so ~2,000 files take one round trip each.
     """
     path = check_repository(repo)
     sha = resolve_commit(path, commit)
@@ -218,8 +226,10 @@ def read_tree(
         for mode, kind, obj, name in _tree_entries(path, sha)
         if kind == "blob" and mode in ("100644", "100755") and name.endswith(suffix or "")
     ]
-    blobs = _cat_blobs(path, [obj for obj, _ in wanted])
-    return {name: blob for (_, name), blob in zip(wanted, blobs)}
+    known = {} if blobs is None else blobs
+    missing = list(dict.fromkeys(obj for obj, _ in wanted if obj not in known))
+    known.update(zip(missing, _cat_blobs(path, missing)))
+    return {name: known[obj] for obj, name in wanted}
 
 
 def _blob_id(path: Path, sha: str, file: str) -> str | None:

@@ -33,7 +33,6 @@ finding naming the file, the text and the difference.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import re
@@ -52,7 +51,7 @@ from prereg.api import (
     sha256_file,
 )
 from prereg.e04.backends import MissingVectorError
-from prereg.e04.cache import text_sha256
+from prereg.e04.cache import float32_sha256, text_sha256
 from prereg.e04.cells import BASELINE, S001, S002, CorpusStore
 from prereg.e04.embeddings import canonical_identity_json, identity_sha256
 from prereg.e04.harness import _sorted_functions, query_for
@@ -196,10 +195,6 @@ def _with_functions(
     return files, corpora.functions(files)
 
 
-def _matrix_sha256(rows: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(rows, dtype=_STORED).tobytes()).hexdigest()
-
-
 def hash_problems(texts: RunTexts, lookup: Mapping[str, int], matrix: np.ndarray) -> list[str]:
     """Records whose index vector hashes differ from those of ``matrix`` (rows by key)."""
     problems = []
@@ -207,10 +202,10 @@ def hash_problems(texts: RunTexts, lookup: Mapping[str, int], matrix: np.ndarray
     for c in texts.conditions:
         index = c.record.get("index") or {}
         if c.chunks not in digests:
-            digests[c.chunks] = _matrix_sha256(matrix[[lookup[k] for k in c.chunks]])
+            digests[c.chunks] = float32_sha256(matrix[[lookup[k] for k in c.chunks]])
         if digests[c.chunks] != index.get("chunk_vectors_sha256"):
             problems.append(f"{c.item}/{c.file_name}: index.chunk_vectors_sha256")
-        if _matrix_sha256(matrix[[lookup[c.query]]]) != index.get("query_vector_sha256"):
+        if float32_sha256(matrix[[lookup[c.query]]]) != index.get("query_vector_sha256"):
             problems.append(f"{c.item}/{c.file_name}: index.query_vector_sha256")
     return problems
 
