@@ -161,3 +161,27 @@ def test_a_single_attempt_stage_cannot_be_approved_twice(tmp_path):
     toy.approve("toy", RUN)
     done = toy.approve("toy", "toy-20261130-002", check=False)
     assert done.returncode == 2 and "single attempt" in done.stderr
+
+
+def test_a_deferred_check_runs_beside_the_caller_and_gives_its_problems_or_its_error():
+    import threading
+
+    from prereg.runtime.controller import Deferred
+
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> list[str]:
+        started.set()
+        assert release.wait(30)
+        return ["the cache is another model's"]
+
+    deferred = Deferred(slow, name="check")
+    assert started.wait(30)  # running while this thread goes on
+    release.set()
+    assert deferred.wait() == ["the cache is another model's"]
+
+    def broken() -> list[str]:
+        raise LookupError("no such input")
+
+    with pytest.raises(LookupError, match="no such input"):
+        Deferred(broken, name="check").wait()

@@ -77,8 +77,12 @@ def _texts(project: E04Project, task_id: str = "SYN01") -> dict:
     }
 
 
-def _assert_refused_at_gate(project: E04Project, run_id: str, *needles: str) -> None:
-    done = project.pytest("--research-stage=e04", "--run-id", run_id)
+def _assert_refused_at_gate(
+    project: E04Project, run_id: str, *needles: str, options: tuple[str, ...] = ()
+) -> None:
+    """Refused by the inputs condition before spending (the stage kind's own check runs
+    while the session's workers start, and is judged before the spend)."""
+    done = project.pytest("--research-stage=e04", "--run-id", run_id, *options)
     out = done.stdout + done.stderr
     assert done.returncode == 4, out
     assert "[inputs]" in out and all(n in out for n in needles), out
@@ -108,7 +112,9 @@ def test_a_cache_poisoned_in_its_probed_vectors_is_refused_at_approval_and_at_th
     other = project.stored_vector(_key(texts["other"].text))  # another valid unit vector
     poisoned = {_key(t): other for t in [texts["query"], *texts["gold"]]}
     assert project.overwrite_vectors(poisoned) == len(poisoned)
-    _assert_refused_at_gate(project, SECOND, "probed vectors", "cache/e04-vectors.sqlite")
+    _assert_refused_at_gate(
+        project, SECOND, "probed vectors", "cache/e04-vectors.sqlite", options=("-n", "2")
+    )
     refused = project.approve(THIRD, check=False)
     assert refused.returncode != 0
     assert "probed vectors" in refused.stdout + refused.stderr

@@ -10,6 +10,7 @@ the conditions take facts, not a repository, they are tested without git.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -317,9 +318,13 @@ def regular_files(f: Facts) -> list[Refusal]:
 
 
 def inputs(f: Facts) -> list[Refusal]:
-    if not f.input_problems:
-        return []
-    return [Refusal("inputs", "; ".join(f.input_problems))]
+    return input_refusals(f.input_problems)
+
+
+def input_refusals(problems: Sequence[str]) -> list[Refusal]:
+    """The inputs condition: the bound inputs, the required runs and the stage kind's own
+    check (:attr:`Gathered.kind_check`) found no problem."""
+    return [Refusal("inputs", "; ".join(problems))] if problems else []
 
 
 RUN_CONDITIONS: tuple[Condition, ...] = (
@@ -418,6 +423,9 @@ class Gathered:
     execution: dict | None = None
     # The environment the execution condition was judged against (prereg.execution).
     environment: execution.Environment | None = None
+    # With ``defer_kind_check``: the stage kind's own check, left to the caller to run (it
+    # returns problems of the inputs condition, :func:`input_refusals`); None when none is due.
+    kind_check: Callable[[], list[str]] | None = None
 
 
 def _unbound_kind(bound: dict, kind: str | None) -> list[str]:
@@ -439,6 +447,7 @@ def gather(
     approvals: Sequence = (),
     snapshot=None,
     session_follows: bool = False,
+    defer_kind_check: bool = False,
 ) -> Gathered:
     """Read every fact the conditions need from the checkout, git and this process.
 
@@ -450,7 +459,9 @@ def gather(
     process is the launcher of a hermetic session, whose own gate judges the environment lock,
     the bytecode of the installed harness (:func:`prereg.execution.problems`) and the stage
     kind's own check (``StageKind.gate_check``: E04 loads its embedding model for it) again,
-    before anything is spent; the launcher leaves them to it."""
+    before anything is spent; the launcher leaves them to it. ``defer_kind_check``: that
+    kind's check is not run here but returned as :attr:`Gathered.kind_check`, for a session
+    to run while its workers start and to judge before it spends the run id."""
     root = Path(root)
     record_rel = Path(record_path).relative_to(root).as_posix()
     head = gitrepo.head_commit(root)
@@ -484,6 +495,7 @@ def gather(
     namespace = record.get("seed_namespace")
 
     problems: list[str] = []
+    kind_check = None
     if at_approval or plan is not None:
         problems = requirements.input_problems(record["inputs"])
         problems += requirements.dependency_problems(
@@ -492,7 +504,10 @@ def gather(
         if plan is not None and not problems and not session_follows:
             kind = load_kind(spec["kind"])
             if kind.gate_check is not None:
-                problems += kind.gate_check(root, plan, stage, record)
+                kind_check = functools.partial(kind.gate_check, root, plan, stage, record)
+                if not defer_kind_check:
+                    problems += kind_check()
+                    kind_check = None
     deviations_now: list[dict] = []
     if plan is not None:
         deviations_now = provenance.deviations(
@@ -565,4 +580,6 @@ def gather(
             source_tree=gitrepo.commit_tree(root, head),
             execution_problems=facts.execution_problems + tuple(recorded),
         )
-    return Gathered(facts=facts, plan=plan, execution=executed, environment=environment)
+    return Gathered(
+        facts=facts, plan=plan, execution=executed, environment=environment, kind_check=kind_check
+    )

@@ -6,8 +6,10 @@ its terminal output :class:`prereg.runtime.terminal.TerminalOutput`."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -27,6 +29,29 @@ from prereg.runtime.settings import PROPERTY, SETTINGS, Settings
 from prereg.runtime.terminal import TerminalOutput
 from prereg.runtime.workers import XdistBridge, distributed
 from prereg.stages import RunView, load_kind
+
+
+class Deferred:
+    """A check run in a daemon thread while the session goes on; :meth:`wait` gives its
+    result, or raises what it raised."""
+
+    def __init__(self, check: Callable[[], list[str]], *, name: str) -> None:
+        self._result: list[str] = []
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(check,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, check: Callable[[], list[str]]) -> None:
+        try:
+            self._result = check()
+        except BaseException as err:  # noqa: BLE001 -- raised again in the waiting thread
+            self._error = err
+
+    def wait(self) -> list[str]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
 
 
 class Controller(XdistBridge, TerminalOutput):
@@ -51,6 +76,7 @@ class Controller(XdistBridge, TerminalOutput):
         self.snapshot: snapshots.Snapshot | None = None
         self.environment: execution.Environment | None = None  # what the gate judged against
         self.listing: Listing | None = None  # started once the gate has passed
+        self.kind_check: Deferred | None = None  # the stage kind's own check, run meanwhile
 
     def check_gate(self, *, session_follows: bool = False) -> gate.Gathered:
         """Gather the facts and check every run condition; refuse (usage error) if one fails.
@@ -76,6 +102,7 @@ class Controller(XdistBridge, TerminalOutput):
                 plugins=self.config.pluginmanager.list_name_plugin(),
                 snapshot=snapshot,
                 session_follows=session_follows,
+                defer_kind_check=True,
             )
         except gitrepo.GitError as err:
             self.refuse([gate.Refusal("git", f"{err}. {GIT_FIX}")])
@@ -85,7 +112,8 @@ class Controller(XdistBridge, TerminalOutput):
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """The gate, before xdist starts a worker; the run id is spent only once the items
-        about to run are known to be the stage's full item set (:meth:`_verify_and_spend`)."""
+        about to run are known to be the stage's full item set and the stage kind's own
+        check, run meanwhile, found nothing (:meth:`_verify_and_spend`)."""
         self.session = session
         settings = self.settings
         gathered = self.check_gate()
@@ -98,6 +126,8 @@ class Controller(XdistBridge, TerminalOutput):
         spec = self.plan.stage(settings.stage)
         self.kind = load_kind(spec["kind"])
         self.listing = Listing(self.code_root, settings, self.config)
+        if gathered.kind_check is not None:  # E04 loads its model: meanwhile workers start
+            self.kind_check = Deferred(gathered.kind_check, name="prereg-kind-check")
         gate_passed_at = time.time()
         deadline = gate_passed_at + spec["budget_seconds"] if spec["budget_enforced"] else None
         self.settings = settings = Settings(
@@ -129,6 +159,8 @@ class Controller(XdistBridge, TerminalOutput):
         in git first (atomic, once), then the run folder."""
         if self.started:
             return
+        if self.kind_check is not None:  # joined first: it imports, and the checks below
+            self.refuse(gate.input_refusals(self.kind_check.wait()))  # read sys.modules
         self.refuse(self._worker_refusals())
         # Collection imported the stage's modules and whatever they import: that code must be
         # accounted for too, before the run id is spent, by the installed files and the
