@@ -9,6 +9,7 @@ import pytest
 
 from prereg import scaffold
 from prereg.testing import ScratchProject
+from support.scaffolded import prereg_imports
 
 pytestmark = pytest.mark.software
 
@@ -19,6 +20,44 @@ def _snapshot(root) -> dict[str, bytes]:
         for p in sorted(root.rglob("*"))
         if p.is_file() and ".git" not in p.relative_to(root).parts
     }
+
+
+# The software check an earlier `prereg init` wrote: projects keep it, so its imports resolve.
+EARLIER_CHECK = """\
+from pathlib import Path
+
+import pytest
+from prereg.approval import baseline_problems, stage_module_problem
+from prereg.plans import load_plan, validate_stage
+
+pytestmark = pytest.mark.software
+
+
+def test_every_plan_in_pytest_ini_loads_and_validates(pytestconfig):
+    root = Path(pytestconfig.rootpath)
+    for rel in pytestconfig.getini("prereg_plans"):
+        plan = load_plan(root / rel)
+        for stage, spec in plan.stages.items():
+            validate_stage(plan, stage)
+            problem = stage_module_problem(root, Path(rel), stage, spec["module"])
+            assert problem is None, problem
+
+
+def test_the_baseline_holds(pytestconfig):
+    assert baseline_problems(Path(pytestconfig.rootpath)) == []
+"""
+
+
+def test_a_project_made_by_an_earlier_init_keeps_passing_its_software_checks(tmp_path):
+    project = ScratchProject(tmp_path / "study")
+    project.root.mkdir()
+    project.prereg("init", ".", "--stage", "train", check=True)
+    (project.root / "checks" / "test_project.py").write_text(EARLIER_CHECK)
+    checked = project.pytest(
+        "-m", "software", "-W", "error::DeprecationWarning", "checks/test_project.py"
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "2 passed" in checked.stdout, checked.stdout
 
 
 def test_init_lays_out_a_project_whose_software_checks_pass(tmp_path):
@@ -34,6 +73,8 @@ def test_init_lays_out_a_project_whose_software_checks_pass(tmp_path):
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "2 passed" in checked.stdout, checked.stdout
     assert project.git("status", "--porcelain") == "", "runs and caches are git-ignored"
+    python = [text for name, text in scaffold.FILES.items() if name.endswith(".py")]
+    assert {m for text in python for m in prereg_imports(text)} == {"prereg.api"}
 
     before = _snapshot(project.root)
     again = project.prereg("init", ".")

@@ -10,6 +10,7 @@ import copy
 import json
 import math
 import re
+import subprocess
 import sys
 import time
 import zipfile
@@ -54,6 +55,50 @@ def test_docs_api_names_exactly_the_public_names():
         f"in docs/API.md but not in __all__: {sorted(set(names) - set(api.__all__))}"
     )
     assert all(hasattr(api, name) for name in api.__all__)
+
+
+# Modules above the kind API: the decisions, the pytest runtime and the commands.
+ABOVE_THE_API = (
+    "prereg.approval",
+    "prereg.audit",
+    "prereg.cli",
+    "prereg.demo",
+    "prereg.demo_steps",
+    "prereg.gate",
+    "prereg.plugin",
+    "prereg.report.render",
+    "prereg.requirements",
+    "prereg.runtime",
+    "prereg.scaffold",
+    "prereg.status",
+)
+
+
+def test_importing_the_api_loads_no_decision_runtime_or_command_module():
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, prereg.api; print(*sorted(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = done.stdout.split()
+    assert "prereg.api" in loaded and "prereg.stages" in loaded, loaded
+    above = [m for m in loaded if any(m == a or m.startswith(a + ".") for a in ABOVE_THE_API)]
+    assert above == [], f"import prereg.api loaded {above}"
+
+
+def test_a_kind_refuses_inputs_by_the_api_type_and_the_old_name_still_resolves_with_a_warning():
+    from prereg.approval import ApprovalError
+
+    refused = api.InputsRefused("2 problems", ["input a: missing", "input b: changed"])
+    assert isinstance(refused, ValueError) and refused.problems == (
+        "input a: missing",
+        "input b: changed",
+    )
+    with pytest.warns(DeprecationWarning, match="InputsRefused"):
+        assert api.ApprovalError is ApprovalError
+    with pytest.raises(AttributeError, match="no_such_name"):
+        api.no_such_name  # noqa: B018
 
 
 # -- the settings parser ----------------------------------------------------------------------

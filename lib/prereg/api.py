@@ -41,21 +41,29 @@ Stage kinds, items, runs and plans
     :class:`ItemContext`, :class:`BudgetExceeded`, :class:`SectionContext`,
     :class:`RunFolder`, :class:`RunLayout`, :data:`MEASURED_SUFFIX`, :func:`load_plan`,
     :class:`Plan`,
-    :func:`validate_stage`.
+    :func:`validate_stage`, :class:`InputsRefused` (what a kind's ``check_inputs`` raises),
+    and what a project's own software check asks (:func:`stage_module_problem`,
+    :func:`baseline_problems`). An experiments module, a pytest module, takes
+    ``stage_plan``, ``stage_inputs`` and ``project_root`` from :mod:`prereg.plugin`: this
+    module loads no pytest.
 Records and formats (what prereg's own protocols, :mod:`prereg.rp002a` and :mod:`prereg.e04`, use)
     canonical JSON and hashes (:func:`write_json`, :func:`read_json`, :func:`canonical_json`,
     :func:`sha256_bytes`, :func:`sha256_file`), the ``.npz`` format :mod:`arrays`, the plan
     schema language (:func:`validate`, :class:`SchemaError`, :data:`PositiveInt`, ...),
-    :mod:`registry` (entry points), :class:`PeakScope`, :func:`head_commit` and
-    :class:`ApprovalError`.
+    :mod:`registry` (entry points), :class:`PeakScope` and :func:`head_commit`.
+
+Importing this module loads none of prereg's decisions (gate, approval, audit), its pytest
+runtime or its commands. ``api.ApprovalError`` still resolves, with a DeprecationWarning,
+for kinds written before :class:`InputsRefused`.
 
 docs/API.md, section "prereg.api", lists every name of :data:`__all__`.
 """
 
 from __future__ import annotations
 
+import warnings
+
 from prereg import arrays, registry
-from prereg.approval import ApprovalError
 from prereg.context import BudgetExceeded, ItemContext
 from prereg.gitrepo import head_commit
 from prereg.hashing import canonical_json, read_json, sha256_bytes, sha256_file, write_json
@@ -76,7 +84,7 @@ from prereg.kind_tools import (
     summarise_items,
     torch_seeded,
 )
-from prereg.plans import Plan, load_plan, validate_stage
+from prereg.plans import Plan, baseline_problems, load_plan, validate_stage
 from prereg.provenance import PeakScope
 from prereg.registry import ExtensionPoint
 from prereg.report import html, plots
@@ -100,7 +108,14 @@ from prereg.schema import (
     validate,
 )
 from prereg.seeds import derivation, numpy_generator, seed, torch_generator
-from prereg.stages import RunView, StageKind, coordinate_key, load_kind
+from prereg.stages import (
+    InputsRefused,
+    RunView,
+    StageKind,
+    coordinate_key,
+    load_kind,
+    stage_module_problem,
+)
 from prereg.typed_settings import (
     SettingsError,
     StageSettings,
@@ -114,10 +129,10 @@ from prereg.typed_settings import (
 __all__ = [
     "ANY",
     "MEASURED_SUFFIX",
-    "ApprovalError",
     "BudgetExceeded",
     "ExtensionPoint",
     "Finite",
+    "InputsRefused",
     "ItemContext",
     "MapOf",
     "NonNegativeFloat",
@@ -141,6 +156,7 @@ __all__ = [
     "StageSettings",
     "UnitInterval",
     "arrays",
+    "baseline_problems",
     "bounded",
     "canonical_json",
     "collect_items",
@@ -173,6 +189,7 @@ __all__ = [
     "settings_parser",
     "sha256_bytes",
     "sha256_file",
+    "stage_module_problem",
     "summarise_items",
     "torch_generator",
     "torch_seeded",
@@ -180,3 +197,18 @@ __all__ = [
     "validate_stage",
     "write_json",
 ]
+
+
+def __getattr__(name: str):
+    if name == "ApprovalError":  # a kind's check_inputs raises InputsRefused now
+        # on use only: the approval module is a decision, above this API
+        from prereg.approval import ApprovalError
+
+        warnings.warn(
+            "prereg.api.ApprovalError is deprecated and leaves prereg.api in the next release: "
+            "a stage kind's check_inputs raises prereg.api.InputsRefused(message, problems)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return ApprovalError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,17 +22,18 @@ from pathlib import Path
 from prereg import envlock, gate, gitrepo, ledger, provenance, registry
 from prereg.gate import Refusal
 from prereg.hashing import read_json, sha256_file, write_json
-from prereg.plans import load_plan, validate_stage
+from prereg.plans import (  # baseline_problems: read here by projects an earlier prereg init made
+    BASELINE,
+    baseline_problems,  # noqa: F401
+    load_plan,
+    validate_stage,
+)
 from prereg.records import (
     APPROVAL_FORMAT,
     APPROVAL_SCHEMA,
     APPROVALS_DIR,
     STAGE_NAME,
     approval_record,
-)
-from prereg.requirements import (
-    BASELINE,
-    baseline_problems,  # noqa: F401  public API: docs/API.md
 )
 from prereg.runs import (
     COMPLETE,
@@ -50,7 +51,11 @@ from prereg.runs import (
     valid_run_id,
 )
 from prereg.schema import validate
-from prereg.stages import ini_list, load_kind
+from prereg.stages import (  # stage_module_problem: as baseline_problems above
+    InputsRefused,
+    load_kind,
+    stage_module_problem,
+)
 
 FORMAT = APPROVAL_FORMAT
 APPROVALS = Path(APPROVALS_DIR)
@@ -262,24 +267,6 @@ def bound_run_warnings(root: Path, requires: dict) -> list[str]:
 # -- approve ---------------------------------------------------------------------------------
 
 
-def stage_module_problem(root: Path, plan_path: Path, stage: str, module: str) -> str | None:
-    """Why a research run of ``stage`` would collect no item from its module: the file is
-    missing, or lies outside pytest.ini's ``prereg_research_paths`` (a run collects a stage
-    only there, and a software run would collect its items)."""
-    where = f"{Path(plan_path).as_posix()}: stages.{stage}.module {module!r}"
-    if not (Path(root) / module).is_file():
-        return f"{where} is no file in the checkout: a run would have no items; write it or fix the path"
-    research = ini_list(root, "prereg_research_paths")
-    parts = Path(module).parts
-    if not any(parts[: len(Path(r).parts)] == Path(r).parts for r in research):
-        return (
-            f"{where} is not under pytest.ini's prereg_research_paths {research}: a research run "
-            "collects a stage only there; move the module there, or add its folder to "
-            "prereg_research_paths"
-        )
-    return None
-
-
 def create_approval(
     root: Path,
     *,
@@ -339,7 +326,10 @@ def create_approval(
         )
     kind = load_kind(spec["kind"])
     if kind.check_inputs is not None:
-        kind.check_inputs(plan, stage, {k: Path(v).resolve() for k, v in inputs.items()})
+        try:
+            kind.check_inputs(plan, stage, {k: Path(v).resolve() for k, v in inputs.items()})
+        except InputsRefused as err:
+            raise ApprovalError(str(err)) from None
     bound_inputs = {name: bind_input(Path(p)) for name, p in sorted(inputs.items())}
 
     actual = provenance.pinned_environment()

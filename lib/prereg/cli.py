@@ -101,7 +101,7 @@ def cmd_validate_inputs(args: argparse.Namespace) -> int:
     # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.plans import load_plan
     from prereg.schema import SchemaError
-    from prereg.stages import load_kind
+    from prereg.stages import InputsRefused, load_kind
 
     root = _root()
     inputs = {name: Path(path).resolve() for name, path in _pairs(args.input, "--input").items()}
@@ -128,8 +128,10 @@ def cmd_validate_inputs(args: argparse.Namespace) -> int:
     else:
         try:
             kind.check_inputs(plan, args.stage, known)
+        except InputsRefused as err:
+            problems += err.problems
         except Exception as err:  # noqa: BLE001 -- every refusal is a problem to report
-            problems += list(getattr(err, "problems", None) or [str(err)])
+            problems.append(str(err))
     if problems:
         print(f"prereg validate-inputs: {len(problems)} problem(s) for stage {args.stage}:")
         for problem in problems:

@@ -20,7 +20,7 @@ import prereg
 from prereg import envlock, execution, gitrepo, ledger, provenance, registry, requirements
 from prereg import snapshot as snapshots
 from prereg.hashing import canonical_json, sha256_file
-from prereg.plans import load_plan, validate_stage
+from prereg.plans import baseline_problems, load_plan, validate_stage
 from prereg.runs import has_started
 from prereg.stages import BUILT_IN_KINDS, PLAIN, load_kind
 
@@ -529,7 +529,7 @@ def gather(
         plan_sha256=plan_sha,
         plan_problem=plan_problem,
         baseline_sha256=sha256_file(baseline_file) if baseline_file.is_file() else None,
-        baseline_problems=tuple(requirements.baseline_problems(code)),
+        baseline_problems=tuple(baseline_problems(code)),
         dirty=dirty,
         history_problems=history,
         head=head,

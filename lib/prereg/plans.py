@@ -27,6 +27,10 @@ from prereg.schema import (
 )
 from prereg.stages import load_kind
 
+BASELINE = Path("plans") / "BASELINE.json"
+"""The immutable historical files (earlier configurations and outcomes) and their SHA-256,
+relative to the project's root: a run is refused while one differs."""
+
 ENVIRONMENT_PINS = {
     "python": str,
     "numpy": str,
@@ -114,3 +118,22 @@ def load_plan(path: Path) -> Plan:
 def validate_stage(plan: Plan, stage: str) -> None:
     """The stage's kind validates its parameters (an unknown kind is an error too)."""
     load_kind(plan.stage(stage)["kind"]).check(plan, stage)
+
+
+def baseline_problems(root: Path) -> list[str]:
+    """Each immutable file of ``plans/BASELINE.json`` that is missing or hashes otherwise."""
+    path = Path(root) / BASELINE
+    if not path.exists():
+        return [f"{BASELINE} does not exist; it lists the immutable historical files"]
+    listed = read_json(path, what="baseline")
+    validate(listed, {"description": str, "files": MapOf(str)}, source=str(path))
+    problems = []
+    for rel, expected in sorted(listed["files"].items()):
+        target = Path(root) / rel
+        if not target.exists():
+            problems.append(f"{rel} is listed in {BASELINE} but missing")
+        elif sha256_file(target) != expected:
+            problems.append(
+                f"{rel} hashes {sha256_file(target)[:12]}, {BASELINE} says {expected[:12]}"
+            )
+    return problems

@@ -1,6 +1,7 @@
-"""What an approval binds that must still hold when its run starts: the immutable files
-of ``plans/BASELINE.json``, the bound inputs, and the required runs (present, unchanged,
-complete, of the approval's plan and stage, and auditing clean).
+"""What an approval binds that must still hold when its run starts: the bound inputs and
+the required runs (present, unchanged, complete, of the approval's plan and stage, and
+auditing clean). The immutable files of ``plans/BASELINE.json``:
+:func:`prereg.plans.baseline_problems`.
 
 The gate (:func:`prereg.gate.gather`) asks for these problems at ``prereg approve`` and
 before a research run; each problem names the file, input or run and what differs.
@@ -14,28 +15,6 @@ from prereg import gitrepo
 from prereg.audit import audit_run_cached
 from prereg.hashing import read_json, sha256_file
 from prereg.runs import COMPLETE, RunLayout, valid_run_id
-from prereg.schema import MapOf, validate
-
-BASELINE = Path("plans") / "BASELINE.json"
-
-
-def baseline_problems(root: Path) -> list[str]:
-    """Each immutable file of ``plans/BASELINE.json`` that is missing or hashes otherwise."""
-    path = Path(root) / BASELINE
-    if not path.exists():
-        return [f"{BASELINE} does not exist; it lists the immutable historical files"]
-    listed = read_json(path, what="baseline")
-    validate(listed, {"description": str, "files": MapOf(str)}, source=str(path))
-    problems = []
-    for rel, expected in sorted(listed["files"].items()):
-        target = Path(root) / rel
-        if not target.exists():
-            problems.append(f"{rel} is listed in {BASELINE} but missing")
-        elif sha256_file(target) != expected:
-            problems.append(
-                f"{rel} hashes {sha256_file(target)[:12]}, {BASELINE} says {expected[:12]}"
-            )
-    return problems
 
 
 def input_problems(record_inputs: dict) -> list[str]:

@@ -96,8 +96,7 @@ holds."""
 from pathlib import Path
 
 import pytest
-from prereg.approval import baseline_problems, stage_module_problem
-from prereg.plans import load_plan, validate_stage
+from prereg import api
 
 pytestmark = pytest.mark.software
 
@@ -106,11 +105,11 @@ def test_every_plan_in_pytest_ini_loads_and_validates(pytestconfig):
     root = Path(pytestconfig.rootpath)
     namespaces = {}
     for rel in pytestconfig.getini("prereg_plans"):
-        plan = load_plan(root / rel)
+        plan = api.load_plan(root / rel)
         for stage, spec in plan.stages.items():
             # the kind loads, its settings parse, its grid can be seeded:
-            validate_stage(plan, stage)
-            problem = stage_module_problem(root, Path(rel), stage, spec["module"])
+            api.validate_stage(plan, stage)
+            problem = api.stage_module_problem(root, Path(rel), stage, spec["module"])
             assert problem is None, problem  # as prereg approve judges it
             namespace = spec["seed_namespace"]
             if namespace is not None:
@@ -122,7 +121,7 @@ def test_every_plan_in_pytest_ini_loads_and_validates(pytestconfig):
 
 
 def test_the_baseline_holds(pytestconfig):
-    assert baseline_problems(Path(pytestconfig.rootpath)) == []
+    assert api.baseline_problems(Path(pytestconfig.rootpath)) == []
 '''
 
 GITIGNORE = """\

@@ -22,7 +22,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -264,6 +264,16 @@ class UnknownStageKind(LookupError):
     pass
 
 
+class InputsRefused(ValueError):
+    """A stage kind's ``check_inputs`` refuses the inputs bound to a run: ``problems`` holds
+    every one, each naming the input, what is wrong and what to do. ``prereg approve``,
+    ``prereg validate-inputs`` and a rehearsal list them."""
+
+    def __init__(self, message: str, problems: Sequence[str]) -> None:
+        super().__init__(message)
+        self.problems = tuple(problems)
+
+
 def register_kind(kind: StageKind) -> None:
     """Add ``kind`` in this process, under its name (a built-in name is refused)."""
     if kind.name == PLAIN.name:
@@ -329,6 +339,24 @@ def ini_list(root: Path, key: str) -> list[str]:
     ini = configparser.ConfigParser()
     ini.read(Path(root) / "pytest.ini")
     return ini.get("pytest", key, fallback="").split()
+
+
+def stage_module_problem(root: Path, plan_path: Path, stage: str, module: str) -> str | None:
+    """Why a research run of ``stage`` would collect no item from its module: the file is
+    missing, or lies outside pytest.ini's ``prereg_research_paths`` (a run collects a stage
+    only there, and a software run would collect its items)."""
+    where = f"{Path(plan_path).as_posix()}: stages.{stage}.module {module!r}"
+    if not (Path(root) / module).is_file():
+        return f"{where} is no file in the checkout: a run would have no items; write it or fix the path"
+    research = ini_list(root, "prereg_research_paths")
+    parts = Path(module).parts
+    if not any(parts[: len(Path(r).parts)] == Path(r).parts for r in research):
+        return (
+            f"{where} is not under pytest.ini's prereg_research_paths {research}: a research run "
+            "collects a stage only there; move the module there, or add its folder to "
+            "prereg_research_paths"
+        )
+    return None
 
 
 def use_project_code(root: Path) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prereg.api import ApprovalError, ItemContext, Plan, StageKind, derivation, write_json
+from prereg.api import InputsRefused, ItemContext, Plan, StageKind, derivation, write_json
 from prereg.e04 import progress
 from prereg.e04.backends import build_backend
 from prereg.e04.cache import VectorCacheError, inspect_cache, read_vectors, text_sha256
@@ -86,9 +86,7 @@ def check_inputs(plan: Plan, stage: str, inputs: dict[str, Path]) -> None:
     """``prereg approve``: every problem of :func:`input_problems`, refused in one message."""
     problems = input_problems(plan, stage, inputs)
     if problems:
-        error = ApprovalError(f"E04 inputs refused: {InputProblems(problems)}")
-        error.problems = tuple(problems)
-        raise error
+        raise InputsRefused(f"E04 inputs refused: {InputProblems(problems)}", problems)
 
 
 def cells_for_run(plan: dict, stage: str, inputs: dict[str, Path]) -> list[Cell]:

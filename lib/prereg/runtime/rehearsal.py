@@ -28,7 +28,7 @@ from prereg.runs import REHEARSAL_NOTE, RunLayout
 from prereg.runtime import signals
 from prereg.runtime.controller import Controller
 from prereg.runtime.settings import SETTINGS, Settings
-from prereg.stages import load_kind
+from prereg.stages import InputsRefused, load_kind
 
 FORMAT = REHEARSAL_FORMAT
 
@@ -65,7 +65,7 @@ class Rehearsal(Controller):
             try:
                 self.kind.check_inputs(self.plan, settings.stage, bound)
             except Exception as err:  # noqa: BLE001 -- every refusal of the kind is shown
-                problems = list(getattr(err, "problems", None) or [str(err)])
+                problems = err.problems if isinstance(err, InputsRefused) else (str(err),)
                 raise pytest.UsageError(
                     f"rehearsal of stage {settings.stage}: the inputs are refused "
                     f"({REHEARSAL_NOTE}):\n  " + "\n  ".join(problems)
