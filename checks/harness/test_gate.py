@@ -185,3 +185,33 @@ def test_a_deferred_check_runs_beside_the_caller_and_gives_its_problems_or_its_e
 
     with pytest.raises(LookupError, match="no such input"):
         Deferred(broken, name="check").wait()
+
+
+def test_every_gate_condition_names_the_audit_check_that_judges_it_again_or_why_none_can():
+    import inspect
+    import re
+    from pathlib import Path
+
+    from prereg import audit, gate
+
+    table = (Path(__file__).resolve().parents[2] / "docs/reference/gate.md").read_text()
+    rows = {
+        m.group(1): m.group(2)
+        for m in re.finditer(r"^\| `([a-z-]+)` \| .* \| ([^|]*) \|$", table, re.MULTILINE)
+    }
+    checks = {check.__name__ for check in audit.CHECKS}
+    conditions = dict.fromkeys((*gate.RUN_CONDITIONS, *gate.APPROVE_CONDITIONS, gate.item_set))
+    for condition in conditions:
+        name = condition.__name__
+        marked = getattr(condition, "audited", None)
+        assert isinstance(marked, gate.Audited), f"gate.{name} is not marked with @audited"
+        assert bool(marked.checks) != bool(marked.why_not), f"gate.{name}: checks or why_not"
+        assert set(marked.checks) <= checks, f"gate.{name}: {marked.checks} not all in CHECKS"
+        given = set(re.findall(r'Refusal\(\s*"([a-z-]+)"', inspect.getsource(condition)))
+        assert given <= {marked.refusal}, f"gate.{name} gives {given}, marked {marked.refusal}"
+        row = rows.get(marked.refusal)
+        assert row is not None, f"docs/reference/gate.md's table has no row `{marked.refusal}`"
+        for check in marked.checks:
+            assert f"`{check}`" in row, f"gate.md row `{marked.refusal}` omits `{check}`"
+        if marked.why_not:
+            assert row.startswith("not judged again"), f"gate.md row `{marked.refusal}`"

@@ -81,6 +81,29 @@ class Facts:
 Condition = Callable[[Facts], "list[Refusal]"]
 
 
+@dataclass(frozen=True)
+class Audited:
+    """The refusal a gate condition gives, and the checks of :data:`prereg.audit.CHECKS`
+    that judge the same condition again from the run's records, or why none can."""
+
+    refusal: str
+    checks: tuple[str, ...]
+    why_not: str = ""
+
+
+def audited(refusal: str, *checks: str, why_not: str = "") -> Callable[[Condition], Condition]:
+    """Mark a condition with its :class:`Audited` (``condition.audited``); docs/reference/
+    gate.md's table names the same checks, and checks/harness/test_gate.py holds all three
+    together."""
+
+    def mark(condition: Condition) -> Condition:
+        condition.audited = Audited(refusal, checks, why_not)  # type: ignore[attr-defined]
+        return condition
+
+    return mark
+
+
+@audited("plan-hash", "check_committed")
 def plan_hash(f: Facts) -> list[Refusal]:
     path, bound = f.record["plan"]["path"], f.record["plan"]["sha256"]
     if f.plan_sha256 is None:
@@ -98,6 +121,7 @@ def plan_hash(f: Facts) -> list[Refusal]:
     return []
 
 
+@audited("baseline", "check_committed")
 def baseline(f: Facts) -> list[Refusal]:
     problems = list(f.baseline_problems)
     bound = f.record["baseline"]["sha256"]
@@ -116,6 +140,7 @@ def baseline(f: Facts) -> list[Refusal]:
     ]
 
 
+@audited("clean-source", "check_execution")
 def clean_tree(f: Facts) -> list[Refusal]:
     if not f.dirty:
         return []
@@ -128,11 +153,13 @@ def clean_tree(f: Facts) -> list[Refusal]:
     ]
 
 
+@audited("git-history", "check_history")
 def git_history(f: Facts) -> list[Refusal]:
     """git would show others a history other than the recorded objects."""
     return [Refusal("git-history", problem) for problem in f.history_problems]
 
 
+@audited("clean-source", "check_committed")
 def approved_source(f: Facts) -> list[Refusal]:
     anchor = f.record["source_anchor"]
     if not f.anchor_is_ancestor:
@@ -155,6 +182,7 @@ def approved_source(f: Facts) -> list[Refusal]:
     ]
 
 
+@audited("clean-source", "check_execution")
 def own_package(f: Facts) -> list[Refusal]:
     if f.package_of_checkout is None or f.package_in_use == f.package_of_checkout:
         return []
@@ -168,6 +196,7 @@ def own_package(f: Facts) -> list[Refusal]:
     ]
 
 
+@audited("clean-source", "check_committed")
 def record_committed(f: Facts) -> list[Refusal]:
     if f.committed_record is None:
         return [
@@ -188,6 +217,7 @@ def record_committed(f: Facts) -> list[Refusal]:
     return []
 
 
+@audited("stage-and-run-id", "check_against_approval", "check_run_id")
 def stage_and_run_id(f: Facts) -> list[Refusal]:
     asked_run = f.run_id_asked
     if f.record["stage"] == f.stage and (asked_run is None or asked_run == f.run_id):
@@ -202,6 +232,7 @@ def stage_and_run_id(f: Facts) -> list[Refusal]:
     ]
 
 
+@audited("run-id-unused", "check_refs")
 def run_id_unused(f: Facts) -> list[Refusal]:
     if f.spent_in_git:
         return [
@@ -222,6 +253,7 @@ def run_id_unused(f: Facts) -> list[Refusal]:
     return []
 
 
+@audited("single-attempt", "check_single_attempt")
 def single_attempt(f: Facts) -> list[Refusal]:
     if not f.single_attempt:
         return []
@@ -245,6 +277,11 @@ def single_attempt(f: Facts) -> list[Refusal]:
     return []
 
 
+@audited(
+    "seed-namespace",
+    why_not="judged among the approvals when one is written; a run records its namespace "
+    "(check_against_approval) and its replay draws every seed from it again",
+)
 def seed_namespace(f: Facts) -> list[Refusal]:
     if not f.namespace_clash:
         return []
@@ -258,6 +295,7 @@ def seed_namespace(f: Facts) -> list[Refusal]:
     ]
 
 
+@audited("environment", "check_against_approval")
 def environment(f: Facts) -> list[Refusal]:
     named = {canonical_json(d) for d in f.record["deviations"]}
     unnamed = [d for d in f.deviations_now if canonical_json(d) not in named]
@@ -273,14 +311,17 @@ def environment(f: Facts) -> list[Refusal]:
     ]
 
 
+@audited("execution", "check_execution")
 def executed_code(f: Facts) -> list[Refusal]:
     return [Refusal("execution", problem) for problem in f.execution_problems]
 
 
+@audited("extensions", "check_extensions", "check_unbound_kind")
 def extensions(f: Facts) -> list[Refusal]:
     return [Refusal("extensions", problem) for problem in f.extension_problems]
 
 
+@audited("environment-lock", "check_environment_lock")
 def environment_lock(f: Facts) -> list[Refusal]:
     """Nothing installed after approval runs: the interpreter and installed distributions
     equal the approval's environment_lock (prereg.envlock)."""
@@ -290,6 +331,11 @@ def environment_lock(f: Facts) -> list[Refusal]:
     return [Refusal("environment-lock", p) for p in problems]
 
 
+@audited(
+    "stage-module",
+    why_not="a module the run could not collect gives it no items: the audit judges the "
+    "items the run recorded against the stage's (check_status)",
+)
 def stage_module(f: Facts) -> list[Refusal]:
     if f.module_missing is None:
         return []
@@ -302,6 +348,7 @@ def stage_module(f: Facts) -> list[Refusal]:
     ]
 
 
+@audited("hermetic", "check_execution", "check_workers")
 def hermetic(f: Facts) -> list[Refusal]:
     """A session's code runs from a snapshot whose tree is the approved commit's
     (:func:`prereg.snapshot.tree_mismatch`)."""
@@ -311,12 +358,14 @@ def hermetic(f: Facts) -> list[Refusal]:
     return [Refusal("hermetic", why)] if why else []
 
 
+@audited("hermetic", "check_execution")
 def regular_files(f: Facts) -> list[Refusal]:
     """A run executes a snapshot of the commit's regular files: a commit with a link or a
     submodule could never run, so it is refused at approval already."""
     return [Refusal("hermetic", why) for why in f.irregular]
 
 
+@audited("inputs", "check_inputs", "check_required_runs")
 def inputs(f: Facts) -> list[Refusal]:
     return input_refusals(f.input_problems)
 
@@ -362,6 +411,7 @@ APPROVE_CONDITIONS: tuple[Condition, ...] = (
 )
 
 
+@audited("whole-stage", "check_status")
 def item_set(
     expected: list[str], about_to_run: list[str], changers: tuple[str, ...] = ()
 ) -> list[Refusal]:
