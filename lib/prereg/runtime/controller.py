@@ -28,7 +28,7 @@ from prereg.runtime.listing import Listing
 from prereg.runtime.settings import PROPERTY, SETTINGS, Settings
 from prereg.runtime.terminal import TerminalOutput
 from prereg.runtime.workers import XdistBridge, distributed
-from prereg.stages import RunView, load_kind
+from prereg.stages import RunView, StageKind, load_kind
 
 
 class Deferred:
@@ -77,6 +77,16 @@ class Controller(XdistBridge, TerminalOutput):
         self.environment: execution.Environment | None = None  # what the gate judged against
         self.listing: Listing | None = None  # started once the gate has passed
         self.kind_check: Deferred | None = None  # the stage kind's own check, run meanwhile
+        self.approval: approvals.Approval | None = None  # loaded by the gate
+        self.kind: StageKind | None = None  # the stage's kind, once the gate has passed
+        self.execution: dict | None = None  # the execution record the gate judged
+        self.started_at: str | None = None  # the spend: its UTC time
+        self.saved_handlers: dict = {}  # the signal handlers to restore at the end
+        self.reserve: Path | None = None  # disk space held back for the manifest
+        self.finish_notes: list[str] = []  # said at the end of the terminal summary
+        self.status = "?"  # the manifest's status, once it is written
+        self._execution_at_end: list[str] | None = None
+        self._snapshot_record: dict | None = None
 
     def check_gate(self, *, session_follows: bool = False) -> gate.Gathered:
         """Gather the facts and check every run condition; refuse (usage error) if one fails.
@@ -279,7 +289,7 @@ class Controller(XdistBridge, TerminalOutput):
         failure = result = None
         try:
             if self.started:
-                manifest.release_space(getattr(self, "reserve", None))  # for junit.xml, manifest
+                manifest.release_space(self.reserve)  # for junit.xml, manifest
                 self._drain_xdist_events(session)  # before junit.xml is written
             try:
                 result = yield
@@ -289,8 +299,8 @@ class Controller(XdistBridge, TerminalOutput):
                 self._finish(session, failure)
         finally:
             signals.restore_signals(during)
-            signals.restore_signals(getattr(self, "saved_handlers", {}))
-            self.finish_notes = getattr(self, "finish_notes", []) + late
+            signals.restore_signals(self.saved_handlers)
+            self.finish_notes += late
         if failure is not None:
             raise failure
         return result
@@ -306,7 +316,7 @@ class Controller(XdistBridge, TerminalOutput):
             lambda: self._full_manifest(session, failure),
             self._minimal_manifest,
         )
-        self.finish_notes = getattr(self, "finish_notes", []) + errors
+        self.finish_notes += errors
         self.status = json.loads(data)["status"] if data is not None else "without a manifest"
         if data is not None:
             try:
@@ -372,7 +382,7 @@ class Controller(XdistBridge, TerminalOutput):
     def execution_at_end(self) -> list[str]:
         """The execution condition judged again after the items ran: in this process when it
         ran them, and as each worker judged itself."""
-        if not hasattr(self, "_execution_at_end"):
+        if self._execution_at_end is None:
             found = [] if self.worker_data else item_side.execution_at_end(
                 self.config, self.code_root, self.snapshot
             )  # fmt: skip
@@ -385,7 +395,7 @@ class Controller(XdistBridge, TerminalOutput):
         """Which tree ran: the snapshot's tree proved at the gate and recomputed now."""
         if self.snapshot is None:
             return None
-        if not hasattr(self, "_snapshot_record"):
+        if self._snapshot_record is None:
             folder = self.snapshot.folder
             try:
                 at_end = snapshots.prove(folder, "", gitrepo.object_format(self.root)).tree

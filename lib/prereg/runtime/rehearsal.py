@@ -39,6 +39,8 @@ class Rehearsal(Controller):
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         super().__init__(config, settings)
         self.listing_only = bool(config.option.collectonly)
+        self.summary_note: str | None = None  # a selection's summary that could not run
+        self.tree: tuple[str | None, list[str]] = (None, [])  # (HEAD, dirty paths) rehearsed
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -120,7 +122,6 @@ class Rehearsal(Controller):
     def _finish(self, session: pytest.Session, failure: BaseException | None) -> None:
         items = self._items()
         reasons = self._reasons(session, items, failure)
-        self.summary_note = None
         if not reasons and self.kind.summarise is not None:
             try:
                 self.kind.summarise(self.view(items))
@@ -138,7 +139,7 @@ class Rehearsal(Controller):
         try:
             self._write_record(status=self.status, items=items, reasons=reasons)
         except OSError as err:
-            self.finish_notes = [f"the rehearsal record could not be written: {err}"]
+            self.finish_notes.append(f"the rehearsal record could not be written: {err}")
         if self.status != "passed" and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -189,7 +190,7 @@ class Rehearsal(Controller):
             "elapsed_seconds": round(time.time() - self.started, 3),
             "items_selected": len(self.expected),
             "selection": partial_selection(self.config),
-            "summary_note": getattr(self, "summary_note", None),
+            "summary_note": self.summary_note,
             "items": items or [],
             "summary_files": file_entries(summary) if summary.is_dir() else [],
         }
@@ -207,13 +208,13 @@ class Rehearsal(Controller):
             return
         if not self.started:
             return
-        terminalreporter.write_sep("=", f"prereg: {REHEARSAL_NOTE}; {getattr(self, 'status', '?')}")
-        for note in getattr(self, "finish_notes", []):
+        terminalreporter.write_sep("=", f"prereg: {REHEARSAL_NOTE}; {self.status}")
+        for note in self.finish_notes:
             terminalreporter.write_line(f"WARNING: {note}", red=True, bold=True)
-        if getattr(self, "summary_note", None):
+        if self.summary_note:
             terminalreporter.write_line(f"note: {self.summary_note}", yellow=True)
         terminalreporter.write_line(f"record: {self.layout.record}")
-        if getattr(self, "status", None) != "passed":
+        if self.status != "passed":
             return
         for why in options.refused_variables(os.environ):  # a rehearsal loads it; a run never
             terminalreporter.write_line(f"WARNING: a run would be refused: {why}", red=True)

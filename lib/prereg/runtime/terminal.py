@@ -46,10 +46,8 @@ class TerminalOutput:
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.started:
-            terminalreporter.write_sep(
-                "=", f"prereg: run {self.settings.run_id} {getattr(self, 'status', '?')}"
-            )
-            for note in getattr(self, "finish_notes", []):
+            terminalreporter.write_sep("=", f"prereg: run {self.settings.run_id} {self.status}")
+            for note in self.finish_notes:
                 terminalreporter.write_line(f"WARNING: {note}", red=True, bold=True)
             written = self.layout.manifest.is_file()
             terminalreporter.write_line(

@@ -155,7 +155,7 @@ class XdistBridge:
             try:
                 dsession.nodemanager.teardown_nodes()  # xdist's own shutdown; later a no-op
             except Exception as err:  # noqa: BLE001 -- the reports already queued still count
-                self.finish_notes = [f"stopping the workers failed: {manifest.describe(err)}"]
+                self.finish_notes.append(f"stopping the workers failed: {manifest.describe(err)}")
         while True:
             try:
                 name, kwargs = events.get_nowait()
