@@ -88,35 +88,9 @@ class Controller(XdistBridge, TerminalOutput):
         self._execution_at_end: list[str] | None = None
         self._snapshot_record: dict | None = None
 
-    def check_gate(self, *, session_follows: bool = False) -> gate.Gathered:
-        """Gather the facts and check every run condition; refuse (usage error) if one fails.
-
-        A hermetic session (code in a snapshot) first proves its snapshot: the tree id of its
-        folder, recomputed from the bytes on disk, must be HEAD's tree. ``session_follows``:
-        this is the launcher, and the session's gate judges what it loads again
-        (:func:`prereg.gate.gather`)."""
-        settings = self.settings
-        record = approvals.load_approval(Path(settings.approval_path))
-        self.approval = record
-        snapshot = None
-        try:
-            if self.config.option.prereg_checkout:  # a session: its code must be a snapshot
-                snapshot = _proved_snapshot(self.root, self.code_root)
-            self.snapshot = snapshot
-            gathered = gate.gather(
-                self.root,
-                record.data,
-                record.path,
-                stage=settings.stage,
-                run_id_asked=self.config.option.prereg_run_id,
-                plugins=self.config.pluginmanager.list_name_plugin(),
-                snapshot=snapshot,
-                session_follows=session_follows,
-                defer_kind_check=True,
-            )
-        except gitrepo.GitError as err:
-            self.refuse([gate.Refusal("git", f"{err}. {GIT_FIX}")])
-        self.refuse(gate.check(gathered.facts))
+    def check_gate(self) -> gate.Gathered:
+        """The session's gate (:func:`pass_gate`); its approval and snapshot are kept."""
+        self.approval, self.snapshot, gathered = pass_gate(self.config, self.settings)
         return gathered
 
     @pytest.hookimpl(tryfirst=True)
@@ -152,17 +126,8 @@ class Controller(XdistBridge, TerminalOutput):
         self.config.stash[SETTINGS] = settings
 
     def refuse(self, refusals: list[gate.Refusal]) -> None:
-        """Record the refusals and stop with a usage error; a refusal spends no run id."""
-        if not refusals:
-            return
-        settings, record = self.settings, self.approval
-        where = approvals.write_refusal(self.root, record, settings.stage, record.run_id, refusals)
-        _drop_junit_report(self.config)  # the refused run gets no runs/<run-id>/junit.xml
-        raise pytest.UsageError(
-            f"research stage {settings.stage} refused (run {record.run_id}; "
-            f"{refusal_note(self.root, record.run_id)}; refusal recorded in "
-            f"{where.relative_to(self.root)}):\n  " + "\n  ".join(str(r) for r in refusals)
-        )
+        """:func:`refuse` this run's approval."""
+        refuse(self.config, self.settings, self.approval, refusals)
 
     def _verify_and_spend(self, about_to_run: list[str]) -> None:
         """Compare the items about to run with the stage's full item set, then spend the run id:
@@ -483,6 +448,58 @@ class Controller(XdistBridge, TerminalOutput):
             items=tuple(items),
             rehearsal=self.settings.rehearsal is not None,
         )
+
+
+def pass_gate(
+    config: pytest.Config, settings: Settings, *, session_follows: bool = False
+) -> tuple[approvals.Approval, snapshots.Snapshot | None, gate.Gathered]:
+    """Gather the facts and check every run condition; :func:`refuse` if one fails.
+
+    A hermetic session (code in a snapshot) first proves its snapshot: the tree id of its
+    folder, recomputed from the bytes on disk, must be HEAD's tree. ``session_follows``: this
+    is the launcher, and the session's gate judges what it loads again
+    (:func:`prereg.gate.gather`). The stage kind's own check is left to the caller
+    (:attr:`prereg.gate.Gathered.kind_check`)."""
+    root = settings.project
+    record = approvals.load_approval(Path(settings.approval_path))
+    snapshot = None
+    try:
+        if config.option.prereg_checkout:  # a session: its code must be a snapshot
+            snapshot = _proved_snapshot(root, Path(settings.root))
+        gathered = gate.gather(
+            root,
+            record.data,
+            record.path,
+            stage=settings.stage,
+            run_id_asked=config.option.prereg_run_id,
+            plugins=config.pluginmanager.list_name_plugin(),
+            snapshot=snapshot,
+            session_follows=session_follows,
+            defer_kind_check=True,
+        )
+    except gitrepo.GitError as err:
+        refuse(config, settings, record, [gate.Refusal("git", f"{err}. {GIT_FIX}")])
+    refuse(config, settings, record, gate.check(gathered.facts))
+    return record, snapshot, gathered
+
+
+def refuse(
+    config: pytest.Config,
+    settings: Settings,
+    record: approvals.Approval,
+    refusals: list[gate.Refusal],
+) -> None:
+    """Record the refusals and stop with a usage error; a refusal spends no run id."""
+    if not refusals:
+        return
+    root = settings.project
+    where = approvals.write_refusal(root, record, settings.stage, record.run_id, refusals)
+    _drop_junit_report(config)  # the refused run gets no runs/<run-id>/junit.xml
+    raise pytest.UsageError(
+        f"research stage {settings.stage} refused (run {record.run_id}; "
+        f"{refusal_note(root, record.run_id)}; refusal recorded in "
+        f"{where.relative_to(root)}):\n  " + "\n  ".join(str(r) for r in refusals)
+    )
 
 
 GIT_FIX = (

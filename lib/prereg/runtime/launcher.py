@@ -17,7 +17,7 @@ import pytest
 
 from prereg import gate, gitrepo, hermetic
 from prereg import snapshot as snapshots
-from prereg.runtime.controller import Controller
+from prereg.runtime.controller import Controller, pass_gate, refuse
 from prereg.runtime.listing import entry_point_plugins
 from prereg.runtime.rehearsal import Rehearsal
 from prereg.runtime.settings import (
@@ -51,9 +51,8 @@ def launch(config: pytest.Config) -> None:
     or runs an item itself (it does not return)."""
     root = Path(config.rootpath)
     settings = resolve_research_run(config, root)
-    launcher = Controller(config, settings)
-    # the commit the gate judged, and no other
-    approved = launcher.check_gate(session_follows=True).facts.head
+    record, _, gathered = pass_gate(config, settings, session_follows=True)
+    approved = gathered.facts.head  # the commit the gate judged, and no other
     checkout = Path(gitrepo.toplevel(root))
     handoff = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     if handoff:  # a SIGTERM from now on leaves no snapshot behind
@@ -61,9 +60,10 @@ def launch(config: pytest.Config) -> None:
     try:
         snapshot = snapshots.materialise(checkout, approved)
     except (snapshots.SnapshotError, gitrepo.GitError, OSError) as err:
-        launcher.refuse([gate.Refusal("hermetic", f"the approved commit cannot be run: {err}")])
+        refusal = gate.Refusal("hermetic", f"the approved commit cannot be run: {err}")
+        refuse(config, settings, record, [refusal])
     try:
-        lock = launcher.approval.data.get("environment_lock") or {}
+        lock = record.data.get("environment_lock") or {}
         loaded, blocked = entry_point_plugins(config, lock.get("distributions") or {})
         argv = hermetic.command(
             checkout=checkout,
