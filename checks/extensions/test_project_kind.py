@@ -139,3 +139,33 @@ def test_an_uncommitted_file_in_the_kinds_package_is_refused_at_approve(tmp_path
     (toy.root / "src" / "mylab" / "extra.py").write_text("VALUE = 1\n")
     done = toy.approve("toy", RUN, check=False)
     assert done.returncode != 0 and "src/mylab/extra.py" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["serial", "n2"])
+def test_a_variable_the_kinds_gate_check_sets_is_refused_before_spending(tmp_path, workers):
+    """The session runs a kind's own gate check beside its workers' start; what that check
+    sets in os.environ (a library it loads, or the kind configuring one by a variable) is
+    judged before the spend as the gate judges what a conftest sets: the workers would
+    inherit it."""
+    from prereg import ledger
+
+    toy = _project(tmp_path)
+    kind = toy.root / "src" / "mylab" / "kind.py"
+    kind.write_text(
+        kind.read_text().replace(
+            'KIND = StageKind(name="mylab.kind:KIND", settings=settings, summarise=summarise)',
+            "def gate_check(root, plan, stage, record):\n"
+            "    import os\n"
+            '    os.environ["SET_BY_THE_KINDS_CHECK"] = "1"\n'
+            "    return []\n\n\n"
+            'KIND = StageKind(name="mylab.kind:KIND", settings=settings, summarise=summarise,\n'
+            "                 gate_check=gate_check)",
+        )
+    )
+    toy.commit("The kind's gate check sets a variable")
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy", *workers)
+    out = done.stdout + done.stderr
+    assert done.returncode == 4, out
+    assert "[execution] the session's code set SET_BY_THE_KINDS_CHECK" in out, out
+    assert not ledger.is_spent(toy.root, RUN) and not toy.run_dir(RUN).exists()

@@ -972,6 +972,32 @@ def record(
     }
 
 
+def environment_problems(record: dict) -> list[str]:
+    """Each way a recorded execution's environment (:func:`record`) is not a hermetic
+    session's: a variable it started with that the allow-list does not pass, or one its code
+    set besides those the libraries it loads set (:data:`prereg.hermetic.SET_BY_LIBRARIES`).
+    Part of :func:`recorded_problems`; the session judges it again once the stage kind's own
+    check (which loads libraries) has run."""
+    found = []
+    foreign = foreign_variables(record.get("environment_names") or ())
+    if foreign:
+        found.append(
+            f"the session's environment held {', '.join(foreign)}, which a session "
+            "started by `pytest --research-stage=NAME` never has (its environment is "
+            "allow-listed)"
+        )
+    added = set_by_code(record.get("environment_set_in_session") or ())
+    if added:
+        found.append(
+            f"the session's code set {', '.join(added)} in its environment before its run id "
+            "was spent; the processes it starts (xdist workers) inherit them. A "
+            "research run's code sets no variable but those the libraries it loads set "
+            f"({', '.join(SET_BY_LIBRARIES)}): pass settings to the code, not through "
+            "os.environ in a conftest or stage module"
+        )
+    return found
+
+
 def recorded_problems(record: dict, committed_sha256) -> list[str]:
     """Each way a hermetic session's recorded execution (:func:`record`) escapes the snapshot
     and the installed packages: judged by the session's gate on its own record, and by the
@@ -985,22 +1011,7 @@ def recorded_problems(record: dict, committed_sha256) -> list[str]:
             "the session did not run in isolated mode (python -I): it was not started by "
             "`pytest --research-stage=NAME`, which starts it from a snapshot"
         )
-    foreign = foreign_variables(record.get("environment_names") or ())
-    if foreign:
-        found.append(
-            f"the session's environment held {', '.join(foreign)}, which a session "
-            "started by `pytest --research-stage=NAME` never has (its environment is "
-            "allow-listed)"
-        )
-    added = set_by_code(record.get("environment_set_in_session") or ())
-    if added:
-        found.append(
-            f"the session's code set {', '.join(added)} in its environment before the gate "
-            "recorded the execution; the processes it starts (xdist workers) inherit them. A "
-            "research run's code sets no variable but those the libraries it loads set "
-            f"({', '.join(SET_BY_LIBRARIES)}): pass settings to the code, not through "
-            "os.environ in a conftest or stage module"
-        )
+    found += environment_problems(record)
     for name in RECORDED_VARIABLES:
         if record.get(name):
             found.append(

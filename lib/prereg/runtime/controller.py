@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from prereg import approval as approvals
-from prereg import execution, gate, gitrepo, ledger, manifest, provenance, records
+from prereg import execution, gate, gitrepo, hermetic, ledger, manifest, provenance, records
 from prereg import snapshot as snapshots
 from prereg.hashing import canonical_json, read_json
 from prereg.plans import Plan
@@ -136,6 +136,7 @@ class Controller(XdistBridge, TerminalOutput):
             return
         if self.kind_check is not None:  # joined first: it imports, and the checks below
             self.refuse(gate.input_refusals(self.kind_check.wait()))  # read sys.modules
+            self._record_environment_set()
         self.refuse(self._worker_refusals())
         # Collection imported the stage's modules and whatever they import: that code must be
         # accounted for too, before the run id is spent, by the installed files and the
@@ -343,6 +344,17 @@ class Controller(XdistBridge, TerminalOutput):
                 f"at the start, {snapshot['tree_at_end']} at the end): what ran is unknown"
             )
         return reasons
+
+    def _record_environment_set(self) -> None:
+        """What the libraries the stage kind's own check loaded set in ``os.environ`` (E04's
+        embedding model: OpenMP variables) goes into the execution record as the gate's own
+        reading would have, and is judged as the gate judges it, before the spend."""
+        if self.execution is None:
+            return
+        self.execution["environment_set_in_session"] = hermetic.environment_at_start()[1]
+        self.refuse(
+            [gate.Refusal("execution", p) for p in execution.environment_problems(self.execution)]
+        )
 
     def execution_at_end(self) -> list[str]:
         """The execution condition judged again after the items ran: in this process when it
