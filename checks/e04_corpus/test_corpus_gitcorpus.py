@@ -59,6 +59,24 @@ def test_read_tree_with_a_blob_memo_reads_each_content_once(make_repo, monkeypat
     assert again["a/x.go"] is one["a/x.go"]  # the same bytes object for the same content
 
 
+def test_a_replace_ref_in_the_input_repository_does_not_change_what_a_commit_reads(
+    make_repo, run_git
+):
+    """``git replace`` makes git show other content under a blob's id: a corpus read through
+    it would differ from the commit the approval bound, and the audit, reading the same way,
+    would agree. The commit's own objects are read; replace refs are ignored."""
+    repo, (first, _) = make_repo([ONE, TWO])
+    honest = read_tree(repo, first)
+    (repo.parent / "forged.go").write_text("package a\n// forged\n")
+    forged = run_git(repo, "hash-object", "-w", str(repo.parent / "forged.go"))
+    original = run_git(repo, "rev-parse", f"{first}:a/x.go")
+    run_git(repo, "replace", original, forged)
+    assert run_git(repo, "cat-file", "-p", original) == "package a\n// forged"  # git shows it
+    assert read_tree(repo, first) == honest
+    assert read_tree(repo, first, blobs={}) == honest
+    assert read_blob_at(repo, first, "a/x.go") == b"package a\n"
+
+
 def test_resolve_and_first_parent(make_repo):
     repo, (first, second) = make_repo([ONE, TWO])
     assert resolve_commit(repo, "main") == second

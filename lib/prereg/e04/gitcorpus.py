@@ -32,12 +32,15 @@ def _git_environment() -> dict[str, str]:
     """The caller's environment with user/system git configuration switched off.
 
     A user's ``core.*`` or ``diff.*`` settings must not change what a corpus
-    reads, so the global and system configuration files are ignored.
+    reads, so the global and system configuration files are ignored, and so are
+    replace refs (``git replace``).
     """
     env = dict(os.environ)
     env["GIT_CONFIG_NOSYSTEM"] = "1"
     env["GIT_CONFIG_GLOBAL"] = os.devnull
     env["GIT_OPTIONAL_LOCKS"] = "0"  # never refresh the index as a side effect
+    # refs/replace/* would show other content under an object's id: read the commit's own
+    env["GIT_NO_REPLACE_OBJECTS"] = "1"
     env.pop("GIT_DIR", None)
     env.pop("GIT_WORK_TREE", None)
     env.pop("GIT_INDEX_FILE", None)
