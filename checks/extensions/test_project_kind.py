@@ -169,3 +169,64 @@ def test_a_variable_the_kinds_gate_check_sets_is_refused_before_spending(tmp_pat
     assert done.returncode == 4, out
     assert "[execution] the session's code set SET_BY_THE_KINDS_CHECK" in out, out
     assert not ledger.is_spent(toy.root, RUN) and not toy.run_dir(RUN).exists()
+
+
+def test_ctrl_c_while_the_kinds_gate_check_runs_spends_nothing(tmp_path):
+    """The kind's own check runs in a thread beside the workers' start; Ctrl-C while it
+    runs (here it would wait ten minutes) ends the session, and nothing is spent."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from prereg import ledger
+    from prereg.testing import terminal_signals
+
+    toy = _project(tmp_path)
+    started = tmp_path / "check-started"
+    kind = toy.root / "src" / "mylab" / "kind.py"
+    kind.write_text(
+        kind.read_text().replace(
+            'KIND = StageKind(name="mylab.kind:KIND", settings=settings, summarise=summarise)',
+            "def gate_check(root, plan, stage, record):\n"
+            "    import sys, time\n"
+            "    if '--research-stage=toy' in sys.argv:  # the session, not prereg approve\n"
+            f"        open({str(started)!r}, 'a').close()\n"
+            "        time.sleep(600)\n"
+            "    return []\n\n\n"
+            'KIND = StageKind(name="mylab.kind:KIND", settings=settings, summarise=summarise,\n'
+            "                 gate_check=gate_check)",
+        )
+    )
+    toy.commit("A kind whose gate check takes ten minutes")
+    toy.approve("toy", RUN)
+    session = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--research-stage=toy",
+            "-n",
+            "2",
+        ],
+        cwd=toy.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=terminal_signals,  # noqa: PLW1509 -- this test process starts no threads
+    )
+    try:
+        for _ in range(600):  # the check has started (a safety bound, not a timing)
+            if started.exists() or session.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert started.exists(), session.communicate()[0]
+        os.kill(session.pid, signal.SIGINT)
+        out = session.communicate(timeout=300)[0]  # a safety bound, far below the check's
+    finally:
+        if session.poll() is None:
+            session.kill()
+    assert session.returncode != 0, out
+    assert not ledger.is_spent(toy.root, RUN) and not (toy.run_dir(RUN) / "start.json").exists()
