@@ -33,7 +33,8 @@ from prereg.stages import RunView, StageKind, load_kind
 
 class Deferred:
     """A check run in a daemon thread while the session goes on; :meth:`wait` gives its
-    result, or raises what it raised."""
+    result, or raises what it raised. Not a ``concurrent.futures`` executor: its threads are
+    joined at exit, so a session refused or interrupted meanwhile would wait for the check."""
 
     def __init__(self, check: Callable[[], list[str]], *, name: str) -> None:
         self._result: list[str] = []
