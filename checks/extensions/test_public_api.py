@@ -95,6 +95,7 @@ def test_a_kind_refuses_inputs_by_the_api_type_and_the_old_name_still_resolves_w
         "input a: missing",
         "input b: changed",
     )
+    assert api.InputsRefused("1 problem", [Path("tasks.json")]).problems == ("tasks.json",)
     with pytest.warns(DeprecationWarning, match="InputsRefused"):
         assert api.ApprovalError is ApprovalError
     with pytest.raises(AttributeError, match="no_such_name"):

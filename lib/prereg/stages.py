@@ -271,7 +271,7 @@ class InputsRefused(ValueError):
 
     def __init__(self, message: str, problems: Sequence[str]) -> None:
         super().__init__(message)
-        self.problems = tuple(problems)
+        self.problems = tuple(str(p) for p in problems)  # each is printed as a line
 
 
 def register_kind(kind: StageKind) -> None:
