@@ -17,21 +17,21 @@ import time
 
 import numpy as np
 
-from prereg.seeds import numpy_generator
-from prereg.stats.calibration import (
+from prereg.base.seeds import numpy_generator
+from prereg.rp002a.stats.calibration import (
     CalibrationSettings,
     SimulationCell,
     eligible_counts,
     run_simulation_cell,
     simulate_contrast_noise,
 )
-from prereg.stats.calibration_bootstrap import (
+from prereg.rp002a.stats.calibration_bootstrap import (
     BootstrapCell,
     BootstrapSettings,
     run_bootstrap_cell,
 )
-from prereg.stats.decisions import contrast_verdict
-from prereg.stats.intervals import replicate_mean_t_interval
+from prereg.rp002a.stats.decisions import contrast_verdict
+from prereg.rp002a.stats.intervals import replicate_mean_t_interval
 
 # A mirror of the plan's values for this benchmark only; research stages read the plan.
 SETTINGS = CalibrationSettings(

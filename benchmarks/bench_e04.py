@@ -26,13 +26,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from prereg.base.seeds import numpy_generator
 from prereg.e04.cache import VectorCache, embed_with_cache_report
 from prereg.e04.embeddings import MiniLMBackend
 from prereg.e04.goparse import parse_go_functions
 from prereg.e04.harness import CHUNK_TEXT_VERSION, build, default_registry
 from prereg.e04.lexical import BM25Index, BM25Parameters
 from prereg.e04.tokenize import TOKENIZER_VERSION, tokenize
-from prereg.seeds import numpy_generator
 
 T = TypeVar("T")
 

@@ -26,15 +26,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from prereg.hashing import sha256_file
-from prereg.runs import RunFolder
+from prereg.base.hashing import sha256_file
+from prereg.records.runs import RunFolder
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 PLAN = "plans/E04_GOSTDLIB_PLAN.json"
 
 
 def result_files(run_dir: Path) -> dict[str, str]:
-    """SHA-256 of each of a run's result files (:meth:`prereg.runs.RunFolder.result_files`)."""
+    """SHA-256 of each of a run's result files (:meth:`prereg.records.runs.RunFolder.result_files`)."""
     return {rel: sha256_file(path) for rel, path in RunFolder(run_dir).result_files().items()}
 
 

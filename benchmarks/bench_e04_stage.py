@@ -26,12 +26,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from prereg.base.seeds import derivation, numpy_generator
 from prereg.e04 import stage as e04
 from prereg.e04.backends import build_backend
 from prereg.e04.cache import VectorCache
 from prereg.e04.cells import CorpusStore, Workspace, compute_cell
 from prereg.e04.plan import grid, settings_from_parameters
-from prereg.seeds import derivation, numpy_generator
 
 NAMESPACE = "bench-e04-stage"
 

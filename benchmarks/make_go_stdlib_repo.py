@@ -38,10 +38,10 @@ import sys
 import time
 from pathlib import Path
 
+from prereg.base.seeds import derivation, numpy_generator
 from prereg.e04.goparse import parse_go_functions, syntax_errors
 from prereg.e04.tasks import TaskFile, dump_task_file, validate_against_repository
 from prereg.e04.types import GoldFunction, Task
-from prereg.seeds import derivation, numpy_generator
 
 SEED_NAMESPACE = "e04-go-stdlib-benchmark"
 AUTHOR = "Go Stdlib Benchmark <benchmark@prereg.invalid>"

@@ -124,8 +124,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 @pytest.fixture
 def site(tmp_path, monkeypatch):
-    """A temporary site-packages folder that prereg.execution takes for the only one."""
-    from prereg import execution
+    """A temporary site-packages folder that prereg.evidence.execution takes for the only one."""
+    from prereg.evidence import execution
 
     folder = (tmp_path / "site-packages").resolve()
     folder.mkdir()

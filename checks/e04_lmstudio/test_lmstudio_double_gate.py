@@ -14,7 +14,7 @@ from pathlib import Path
 
 from prereg.e04.lmstudio_double import LMStudioDouble
 from prereg.e04.stage import gate_check
-from prereg.plans import Plan
+from prereg.kinds.plans import Plan
 from support.e04_doubles import KEY, LLM_KEY, OTHER_KEY
 
 PROJECT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,6 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prereg import execution, registry
 from prereg.e04 import harness
 from prereg.e04.cache import VectorCache
 from prereg.e04.harness import (
@@ -24,6 +23,8 @@ from prereg.e04.harness import (
 )
 from prereg.e04.tokenize import TOKENIZER_VERSION
 from prereg.e04.types import GoFunction, Task
+from prereg.evidence import execution
+from prereg.kinds import registry
 from support.distributions import fake_distribution
 from support.e04_doubles import HashingBackend
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from prereg.e04.stage import gate_check
-from prereg.plans import Plan
+from prereg.kinds.plans import Plan
 from support.e04_project import check_plan
 
 pytestmark = pytest.mark.software

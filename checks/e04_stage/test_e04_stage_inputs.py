@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prereg.api import InputsRefused
 from prereg.e04.stage import check_inputs
-from prereg.plans import Plan
+from prereg.kinds.plans import Plan
 from support.e04_project import CODE_REVISION, check_plan
 
 PROJECT = Path(__file__).resolve().parents[2]

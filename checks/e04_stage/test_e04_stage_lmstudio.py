@@ -22,7 +22,7 @@ from prereg.e04 import stage as e04
 from prereg.e04.backends import build_backend
 from prereg.e04.cells import CorpusStore, Workspace, compute_cell
 from prereg.e04.plan import Cell, settings_from_parameters
-from prereg.seeds import numpy_generator
+from prereg.base.seeds import numpy_generator
 
 KEY = "text-embedding-nomic-embed-text-v1.5"
 plan = check_plan()

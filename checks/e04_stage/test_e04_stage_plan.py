@@ -6,10 +6,10 @@ import copy
 import json
 from pathlib import Path
 
+from prereg.base.schema import SchemaError
 from prereg.e04.plan import E04PlanError, grid, settings_from_parameters
-from prereg.plans import load_plan, validate_stage
-from prereg.schema import SchemaError
-from prereg.stages import load_kind
+from prereg.kinds.plans import load_plan, validate_stage
+from prereg.kinds.stages import load_kind
 
 PROJECT = Path(__file__).resolve().parents[2]
 REAL = PROJECT / "plans" / "E04_PLAN.json"

@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 from prereg.e04.replay import replay_run
-from prereg.plans import load_plan
-from prereg.stages import RunView
+from prereg.kinds.plans import load_plan
+from prereg.kinds.stages import RunView
 from support.e04_project import result_files
 
 SERIAL, PARALLEL = "e04-20260101-001", "e04-20260101-002"

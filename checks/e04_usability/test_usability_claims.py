@@ -18,7 +18,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prereg import eta
 from prereg.e04.backends import TokenHashBackend
 from prereg.e04.cache import (
     CLAIM_STALE_SECONDS,
@@ -26,6 +25,7 @@ from prereg.e04.cache import (
     embed_with_cache_report,
     text_sha256,
 )
+from prereg.runtime import eta
 
 pytestmark = pytest.mark.software
 

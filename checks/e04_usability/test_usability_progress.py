@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from prereg.audit import audit_run_cached
+from prereg.decisions.audit import audit_run_cached
 from prereg.testing import outer_environment
 from support.e04_project import check_plan, make_project
 

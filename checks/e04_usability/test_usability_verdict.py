@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from prereg import verdicts
-from prereg.audit import audit_run_cached
+from prereg.decisions.audit import audit_run_cached
+from prereg.records import verdicts
 from support.toy import make_toy_repo
 
 pytestmark = pytest.mark.software

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 pytest.importorskip("prereg_paired_models", reason="bash install.sh installs examples/")
-from prereg import seeds
+from prereg.base import seeds
 from prereg_paired_models import analysis, kind, models
 from prereg_paired_models.settings import FIELDS, SettingsError, parse_settings
 

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prereg import scaffold
-from prereg.provenance import deviations, pin_form, pinned_environment
+from prereg.base.provenance import deviations, pin_form, pinned_environment
+from prereg.commands import scaffold
 from prereg.records import STAGE_NAME
 from prereg.testing import ScratchProject
 from support.scaffolded import prereg_imports

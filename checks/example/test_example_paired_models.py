@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from example_project import STAGE, example_project, result_files, run_stage
 
-from prereg import registry
-from prereg.plans import load_plan
-from prereg.stages import RunView, load_kind
+from prereg.kinds import registry
+from prereg.kinds.plans import load_plan
+from prereg.kinds.stages import RunView, load_kind
 
 pytestmark = [pytest.mark.software, pytest.mark.slow]
 

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from prereg import envlock, gate, registry
+from prereg.decisions import gate
+from prereg.evidence import envlock
+from prereg.kinds import registry
 from support.distributions import fake_distribution
 
 pytestmark = pytest.mark.software
 
-MODULE = "from prereg.stages import StageKind\nKIND = StageKind(name='toy.bound')\n"
+MODULE = "from prereg.kinds.stages import StageKind\nKIND = StageKind(name='toy.bound')\n"
 POINTS = "[prereg.stage_kinds]\ntoy.bound = toybound_mod:KIND\n"
 
 
@@ -89,7 +91,7 @@ def test_a_reinstalled_or_removed_package_is_refused_by_the_gate(site, version, 
 
 
 def _audit_of(tmp_path, approval: dict, manifest_extensions: dict | None):
-    from prereg.audit import Evidence, check_extensions
+    from prereg.decisions.audit import Evidence, check_extensions
 
     env = {} if manifest_extensions is None else {"extensions": manifest_extensions}
     evidence = Evidence(

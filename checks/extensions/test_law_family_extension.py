@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from prereg import execution, registry
+from prereg.evidence import execution
+from prereg.kinds import registry
+from prereg.records.runs import RunLayout
 from prereg.rp002a import laws
 from prereg.rp002a.laws import HIDDEN_MARKOV_ERASURE, LawError, LawRegistry, law_registry
-from prereg.runs import RunLayout
 from prereg.testing import ScratchProject
 from support import rp002a_clone
 from support.distributions import fake_distribution

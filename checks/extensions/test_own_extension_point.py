@@ -21,7 +21,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prereg import api, audit, execution, manifest, registry, stages
+from prereg import api
+from prereg.decisions import audit, manifest
+from prereg.evidence import execution
+from prereg.kinds import registry, stages
 from support.distributions import checkout_with_metadata, fake_distribution
 
 pytestmark = pytest.mark.software

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from prereg import stages
+from prereg.kinds import stages
 from support.toy import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
@@ -22,7 +22,7 @@ RUN = "toy-20261202-001"
 KIND = """
 import json
 from dataclasses import dataclass
-from prereg.stages import StageKind
+from prereg.kinds.stages import StageKind
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def test_a_project_kind_that_does_not_import_names_the_module_and_the_fix(tmp_pa
 def test_an_installed_copy_of_a_project_kind_is_refused(site, monkeypatch):
     """The stale-install trap: the module comes from site-packages, not the project."""
     (site / "stalekind.py").write_text(
-        "from prereg.stages import StageKind\nKIND = StageKind(name='stalekind:KIND')\n"
+        "from prereg.kinds.stages import StageKind\nKIND = StageKind(name='stalekind:KIND')\n"
     )
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.delitem(sys.modules, "stalekind", raising=False)
@@ -147,7 +147,7 @@ def test_a_variable_the_kinds_gate_check_sets_is_refused_before_spending(tmp_pat
     sets in os.environ (a library it loads, or the kind configuring one by a variable) is
     judged before the spend as the gate judges what a conftest sets: the workers would
     inherit it."""
-    from prereg import ledger
+    from prereg.records import ledger
 
     toy = _project(tmp_path)
     kind = toy.root / "src" / "mylab" / "kind.py"
@@ -179,7 +179,7 @@ def test_ctrl_c_while_the_kinds_gate_check_runs_spends_nothing(tmp_path):
     import subprocess
     import time
 
-    from prereg import ledger
+    from prereg.records import ledger
     from prereg.testing import terminal_signals
 
     toy = _project(tmp_path)

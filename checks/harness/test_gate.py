@@ -192,7 +192,7 @@ def test_every_gate_condition_names_the_audit_check_that_judges_it_again_or_why_
     import re
     from pathlib import Path
 
-    from prereg import audit, gate
+    from prereg.decisions import audit, gate
 
     table = (Path(__file__).resolve().parents[2] / "docs/reference/gate.md").read_text()
     rows = {

@@ -13,12 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prereg import api, seeds, stages
-from prereg.plans import Plan
-from prereg.report.model import RunRecord
-from prereg.report.render import headline, index_rows
+from prereg import api
+from prereg.base import seeds
+from prereg.commands.report.render import headline, index_rows
+from prereg.kinds import stages
+from prereg.kinds.plans import Plan
+from prereg.kinds.report.model import RunRecord
+from prereg.records.runs import RunFolder
 from prereg.rp002a import DEMO_PLAN, calibration_stage
-from prereg.runs import RunFolder
 
 pytestmark = pytest.mark.software
 

@@ -195,9 +195,9 @@ def test_audit_checks_the_approval_binding(honest_copy):
 
 
 def test_a_summary_that_fails_halfway_is_kept_hashed_and_never_an_aggregate(honest_copy):
-    from prereg.audit import _hash_findings
-    from prereg.hashing import write_json
-    from prereg.manifest import build_manifest
+    from prereg.base.hashing import write_json
+    from prereg.decisions.audit import _hash_findings
+    from prereg.decisions.manifest import build_manifest
 
     toy = honest_copy
     run = toy.run_dir("toy-20261130-001")

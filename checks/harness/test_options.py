@@ -1,4 +1,4 @@
-"""The pytest options a research run refuses (prereg.options), each named as typed.
+"""The pytest options a research run refuses (prereg.runtime.option_policy), each named as typed.
 
 The unit checks parse real command lines with the installed pytest's own parser (every
 plugin the environment loads, xdist's included). The end-to-end checks run
@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import prereg
-from prereg import options
+from prereg.runtime import option_policy as options
 from support.toy import make_toy_repo
 
 pytestmark = pytest.mark.software

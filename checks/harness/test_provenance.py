@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prereg import provenance
-from prereg.plans import ENVIRONMENT_PINS
+from prereg.base import provenance
+from prereg.kinds.plans import ENVIRONMENT_PINS
 
 pytestmark = pytest.mark.software
 

@@ -10,7 +10,8 @@ import shutil
 
 import pytest
 
-from prereg import records, runs
+from prereg import records
+from prereg.records import runs
 from support.toy import ToyRepo, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
@@ -172,7 +173,7 @@ def _toy_with_project_kind(tmp_path, functions: str, fields: str) -> ToyRepo:
     defines ``functions`` and passes them as the StageKind ``fields``."""
     toy = make_toy_repo(tmp_path / "toy")
     (toy.root / "toykind.py").write_text(
-        f"from prereg.stages import StageKind\n\n\n{functions}\n\n"
+        f"from prereg.kinds.stages import StageKind\n\n\n{functions}\n\n"
         f"KIND = StageKind(name='toykind:KIND', {fields})\n"
     )
     plan = toy.root / "plans" / "TOY_PLAN.json"

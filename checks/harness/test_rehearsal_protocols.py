@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from prereg.context import ItemContext
 from prereg.e04 import stage as e04_stage
 from prereg.e04.plan import grid, settings_of
-from prereg.plans import load_plan
+from prereg.kinds.context import ItemContext
+from prereg.kinds.plans import load_plan
+from prereg.kinds.stages import RunView
 from prereg.rp002a import config_stage
-from prereg.stages import RunView
 
 pytestmark = pytest.mark.software
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prereg import seeds
-from prereg.plans import load_plan
-from prereg.schema import SchemaError
+from prereg.base import seeds
+from prereg.base.schema import SchemaError
+from prereg.kinds.plans import load_plan
 
 pytestmark = pytest.mark.software
 

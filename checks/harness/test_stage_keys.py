@@ -1,4 +1,4 @@
-"""Item keys from recorded coordinates (prereg.stages): the default key and RunView.match."""
+"""Item keys from recorded coordinates (prereg.kinds.stages): the default key and RunView.match."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prereg.stages import RunView, StageKind, coordinate_key
+from prereg.kinds.stages import RunView, StageKind, coordinate_key
 
 pytestmark = pytest.mark.software
 

@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from prereg.cli import CLOSED_PIPE_EXIT
-from prereg.report.model import RunRecord, outcome_summary
+from prereg.kinds.report.model import RunRecord, outcome_summary
 from prereg.testing import outer_environment, terminal_signals
 from support.toy import make_toy_repo, stage_spec
 

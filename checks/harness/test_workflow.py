@@ -12,17 +12,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prereg import ledger
-from prereg.approval import (
+from prereg.commands.status import (
+    COMMITTED,
+    EDITED,
+    NOT_COMMITTED,
+    commit_state,
+    project_status,
+    render,
+)
+from prereg.decisions.approval import (
     ApprovalError,
     bound_run_warnings,
     next_free_run_id,
     used_run_ids,
     write_refusal,
 )
-from prereg.gate import Refusal
-from prereg.records import RUN_ID_PATTERN, STAGE_NAME
-from prereg.status import COMMITTED, EDITED, NOT_COMMITTED, commit_state, project_status, render
+from prereg.decisions.gate import Refusal
+from prereg.records import RUN_ID_PATTERN, STAGE_NAME, ledger
 from prereg.testing import ScratchProject
 from support.toy import ToyRepo, make_toy_repo, stage_spec
 

@@ -18,9 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prereg import ledger
-from prereg.hashing import sha256_file, write_json
-from prereg.records import COMPLETE_FIELDS, MANIFEST_FIELDS
+from prereg.base.hashing import sha256_file, write_json
+from prereg.records import COMPLETE_FIELDS, MANIFEST_FIELDS, ledger
 from prereg.testing import ScratchProject, outer_environment
 from support.toy import ToyRepo, make_toy_repo, stage_spec
 
@@ -125,8 +124,8 @@ def test_an_honest_failed_run_audits_clean_as_incomplete_and_is_not_replayed(fai
 
 
 def test_a_replay_is_claimed_only_when_one_ran(honest, monkeypatch):
-    from prereg import stages
-    from prereg.audit import audit_run
+    from prereg.decisions.audit import audit_run
+    from prereg.kinds import stages
 
     ran = []
     kind = stages.StageKind(name="plain", replay=lambda view: ran.append(view.stage) or [])
@@ -138,8 +137,8 @@ def test_a_replay_is_claimed_only_when_one_ran(honest, monkeypatch):
 
 
 def test_a_replay_that_crashes_is_a_finding(honest, monkeypatch):
-    from prereg import stages
-    from prereg.audit import audit_run
+    from prereg.decisions.audit import audit_run
+    from prereg.kinds import stages
 
     def crash(view):
         raise KeyError("summary_value")
@@ -470,7 +469,7 @@ MANIFEST_KEYS = sorted({**MANIFEST_FIELDS, **COMPLETE_FIELDS})
 def test_property_any_value_in_any_manifest_field_gives_findings_never_an_exception(
     honest, key, value
 ):
-    from prereg.audit import audit_run
+    from prereg.decisions.audit import audit_run
 
     run = honest.run_dir(RUN)
     manifest_path = run / "manifest.json"
@@ -501,7 +500,7 @@ identifiers = st.from_regex(r"[a-z_][a-z0-9_]{0,6}", fullmatch=True)
 def test_property_junit_names_map_to_node_ids_as_pytest_writes_them(folders, module, names, params):
     from _pytest.junitxml import mangle_test_address
 
-    from prereg.audit import _junit_key
+    from prereg.decisions.audit import _junit_key
 
     path = "/".join([*folders, f"test_{module}.py"])
     nodeid = "::".join([path, *names]) + ("" if params is None else f"[{params}]")
@@ -698,8 +697,9 @@ def test_a_folder_whose_name_is_no_run_id_is_audited_and_no_verdict_path_is_buil
 def test_the_installed_extensions_the_controller_loaded_reach_the_manifest_and_the_audit(
     monkeypatch,
 ):
-    from prereg import manifest, registry
-    from prereg.audit import describe_extensions
+    from prereg.decisions import manifest
+    from prereg.decisions.audit import describe_extensions
+    from prereg.kinds import registry
 
     origin = {
         "distribution": "acme-kinds 1.2",
@@ -720,7 +720,7 @@ def test_the_installed_extensions_the_controller_loaded_reach_the_manifest_and_t
 
 
 def _all_findings(evidence) -> list[str]:
-    from prereg.audit import CHECKS
+    from prereg.decisions.audit import CHECKS
 
     return [finding for check in CHECKS for finding in check(evidence)]
 
@@ -730,7 +730,7 @@ def test_the_checks_read_only_the_evidence_gathered_once(honest, tmp_path):
     folder gone afterwards, every check gives the same findings, and none can change it."""
     import dataclasses
 
-    from prereg.audit import Evidence, audit_run, could_not_audit, gather
+    from prereg.decisions.audit import Evidence, audit_run, could_not_audit, gather
 
     toy = clone(honest, tmp_path)
     _edit_manifest(toy, lambda m: m.update(seed_namespace="toy-2.0"))
@@ -747,7 +747,8 @@ def test_the_checks_read_only_the_evidence_gathered_once(honest, tmp_path):
 
 
 def test_a_gathering_step_that_stops_is_a_blocker_naming_it_and_no_finding(honest, monkeypatch):
-    from prereg import audit, gitrepo
+    from prereg.base import gitrepo
+    from prereg.decisions import audit
 
     def broken(root, commit):
         raise RuntimeError("the object reader broke")
@@ -763,7 +764,7 @@ def test_a_gathering_step_that_stops_is_a_blocker_naming_it_and_no_finding(hones
 
 
 def test_a_check_that_stops_is_a_blocker_naming_it(honest, monkeypatch):
-    from prereg import audit
+    from prereg.decisions import audit
 
     def check_broken(evidence):
         return evidence.no_such_field
@@ -777,7 +778,7 @@ def test_a_check_that_stops_is_a_blocker_naming_it(honest, monkeypatch):
 
 
 def test_a_run_file_that_cannot_be_read_is_a_blocker_not_a_missing_file(honest, monkeypatch):
-    from prereg import audit
+    from prereg.decisions import audit
 
     real = audit.hash_entry
 
@@ -811,8 +812,8 @@ def _with_workers(evidence, workers: list):
 @pytest.fixture(scope="module")
 def parallel_evidence(honest):
     """The evidence of the honest ``-n 2`` run, and its source commit and that commit's tree."""
-    from prereg import gitrepo
-    from prereg.audit import gather
+    from prereg.base import gitrepo
+    from prereg.decisions.audit import gather
 
     evidence = gather(honest.root, honest.run_dir(PARALLEL))
     source = evidence.source_commit
@@ -820,7 +821,7 @@ def parallel_evidence(honest):
 
 
 def test_local_workers_of_an_honest_hermetic_run_give_no_worker_finding(parallel_evidence):
-    from prereg.audit import check_workers
+    from prereg.decisions.audit import check_workers
 
     evidence, _, _ = parallel_evidence
     workers = evidence.manifest["environment"]["workers"]
@@ -829,7 +830,7 @@ def test_local_workers_of_an_honest_hermetic_run_give_no_worker_finding(parallel
 
 
 def test_a_remote_worker_without_a_snapshot_of_its_own_is_a_finding(parallel_evidence):
-    from prereg.audit import check_workers
+    from prereg.decisions.audit import check_workers
 
     evidence, source, _ = parallel_evidence
     local = evidence.manifest["environment"]["workers"][0]
@@ -846,7 +847,7 @@ def test_a_remote_worker_without_a_snapshot_of_its_own_is_a_finding(parallel_evi
 
 
 def test_a_remote_worker_that_ran_another_tree_or_commit_is_a_finding(parallel_evidence):
-    from prereg.audit import check_workers
+    from prereg.decisions.audit import check_workers
 
     evidence, source, tree = parallel_evidence
     remote = {"id": "gw0", "spec": REMOTE_SPEC, "problems": []}
@@ -870,7 +871,7 @@ def test_remote_workers_of_a_run_that_records_no_snapshot_are_not_judged_again(p
     """Without environment.snapshot the run was not hermetic: check_execution names that."""
     from dataclasses import replace
 
-    from prereg.audit import check_execution, check_workers
+    from prereg.decisions.audit import check_execution, check_workers
 
     evidence, _, _ = parallel_evidence
     remote = _with_workers(evidence, [{"id": "gw0", "spec": REMOTE_SPEC}])
@@ -912,7 +913,7 @@ worker_entries = st.fixed_dictionaries(
 def test_property_a_finding_for_each_remote_worker_not_proven_on_the_approved_tree(
     parallel_evidence, workers
 ):
-    from prereg.audit import check_workers
+    from prereg.decisions.audit import check_workers
 
     evidence, source, tree = parallel_evidence
     found = check_workers(_with_workers(evidence, workers))

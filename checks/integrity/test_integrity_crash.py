@@ -25,8 +25,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prereg import ledger, manifest
-from prereg.records import INCOMPLETE, ITEM_LOG, MANIFEST
+from prereg.decisions import manifest
+from prereg.records import INCOMPLETE, ITEM_LOG, MANIFEST, ledger
 from prereg.testing import outer_environment, terminal_signals
 from support.toy import ToyRepo, make_toy_repo, stage_spec
 
@@ -300,8 +300,8 @@ def test_a_nan_in_an_item_record_leaves_an_incomplete_manifest_naming_it(tmp_pat
 
 NAN_SUMMARY = """
 import dataclasses, math
-import prereg.stages
-from prereg.hashing import write_json
+import prereg.kinds.stages
+from prereg.base.hashing import write_json
 
 
 def _nan_summary(view):
@@ -309,18 +309,18 @@ def _nan_summary(view):
     write_json(view.summary_dir / "score.json", {"score": math.nan})
 
 
-prereg.stages.PLAIN = dataclasses.replace(prereg.stages.PLAIN, summarise=_nan_summary)
+prereg.kinds.stages.PLAIN = dataclasses.replace(prereg.kinds.stages.PLAIN, summarise=_nan_summary)
 """
 
 FAILING_PROBE = """
-import prereg.manifest
+import prereg.decisions.manifest
 
 
 def _probe(**_):
     raise RuntimeError("the environment probe broke")
 
 
-prereg.manifest.environment = _probe
+prereg.decisions.manifest.environment = _probe
 """
 
 

@@ -21,7 +21,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prereg import ledger
 from prereg.e04.backends import TokenHashBackend
 from prereg.e04.cache import VectorCache, inspect_cache
 from prereg.e04.cells import CorpusStore
@@ -30,8 +29,9 @@ from prereg.e04.reformulations import load_reformulations
 from prereg.e04.replay import replay_run
 from prereg.e04.runvectors import VECTOR_KEYS_FILE, VECTORS_FILE, RunVectors
 from prereg.e04.tasks import load_task_file
-from prereg.plans import load_plan
-from prereg.stages import RunView
+from prereg.kinds.plans import load_plan
+from prereg.kinds.stages import RunView
+from prereg.records import ledger
 from support.e04_project import CODE_REVISION, E04Project, check_plan, make_project
 
 pytestmark = pytest.mark.software

@@ -20,8 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_integrity_audit import RUN, _honest, assert_finding, clone
 
-from prereg.approval import write_refusal
-from prereg.hashing import (
+from prereg.base.hashing import (
     MAX_JSON_DEPTH,
     NotARegularFile,
     file_entries,
@@ -30,8 +29,9 @@ from prereg.hashing import (
     read_json,
     sha256_file,
 )
-from prereg.manifest import build_manifest, hash_item_folders, irregular_reason
-from prereg.runs import RunIdError, RunLayout, check_run_id, require_run_id, valid_run_id
+from prereg.decisions.approval import write_refusal
+from prereg.decisions.manifest import build_manifest, hash_item_folders, irregular_reason
+from prereg.records.runs import RunIdError, RunLayout, check_run_id, require_run_id, valid_run_id
 from prereg.testing import outer_environment
 from support.toy import EXPERIMENT, ToyRepo, make_toy_repo, stage_spec
 

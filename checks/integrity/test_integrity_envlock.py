@@ -2,7 +2,7 @@
 
 The attack: a ``pytest11`` plugin ``pip install``-ed after approval is autoloaded by pytest and
 may rewrite any output, and nothing the approval bound had changed. The environment lock
-(:mod:`prereg.envlock`) binds every installed distribution's name, version and RECORD entries,
+(:mod:`prereg.evidence.envlock`) binds every installed distribution's name, version and RECORD entries,
 so the added distribution is a difference naming it. A trap: a byte-identical reinstall from
 another temporary copy of a package differs only in the installer's bookkeeping
 (``direct_url.json`` names the copy), which neither the lock nor an extension's binding counts.
@@ -25,13 +25,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prereg import envlock, registry
-from prereg.hashing import canonical_json
-from prereg.schema import validate
+from prereg.base.hashing import canonical_json
+from prereg.base.schema import validate
+from prereg.evidence import envlock
+from prereg.kinds import registry
 
 pytestmark = pytest.mark.software
 
-KIND = "from prereg.stages import StageKind\nKIND = StageKind(name='toy.locked')\n"
+KIND = "from prereg.kinds.stages import StageKind\nKIND = StageKind(name='toy.locked')\n"
 KIND_POINTS = "[prereg.stage_kinds]\ntoy.locked = toylocked_mod:KIND\n"
 # A pytest plugin that would rewrite a run's outputs once autoloaded.
 PLUGIN = "def pytest_runtest_teardown(item):\n    pass  # rewrites outputs\n"

@@ -22,7 +22,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prereg import execution, stages
+from prereg.evidence import execution
+from prereg.kinds import stages
 from support.distributions import fake_distribution
 from support.toy import make_toy_repo
 
@@ -259,17 +260,17 @@ def test_ignored_metadata_that_maps_a_built_in_kind_to_plain_is_refused(toy):
     meta.mkdir()
     (meta / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: toy-extras\nVersion: 0.1\n")
     (meta / "entry_points.txt").write_text(
-        "[prereg.stage_kinds]\ne04.robustness = prereg.stages:PLAIN\n"
+        "[prereg.stage_kinds]\ne04.robustness = prereg.kinds.stages:PLAIN\n"
     )
     probe = toy.run(
         sys.executable,
         "-c",
-        "import importlib.metadata as m, prereg.stages as s; "
+        "import importlib.metadata as m, prereg.kinds.stages as s; "
         "print([p.value for p in m.entry_points(group='prereg.stage_kinds')]); "
         "print(s.load_kind('e04.robustness').name)",
         check=True,
     )
-    assert "prereg.stages:PLAIN" in probe.stdout, "the planted entry point is visible"
+    assert "prereg.kinds.stages:PLAIN" in probe.stdout, "the planted entry point is visible"
     assert probe.stdout.splitlines()[-1] == "e04.robustness", "but load_kind never uses it"
     done = toy.pytest("--research-stage=toy", "--run-id=toy-20261130-002")
     text = done.stdout + done.stderr
@@ -373,7 +374,7 @@ def test_the_real_environment_pth_files_and_packages_pass():
 
 def test_stage_kinds_from_installed_distributions_need_a_recorded_module(tmp_path, monkeypatch):
     site = tmp_path / "site-packages"
-    module = "from prereg.stages import StageKind\nKIND = StageKind(name='toy.extra')\n"
+    module = "from prereg.kinds.stages import StageKind\nKIND = StageKind(name='toy.extra')\n"
     points = "[prereg.stage_kinds]\ntoy.extra = toykinds_mod:KIND\n"
     fake_distribution(site, "toykinds", {"toykinds_mod.py": module}, {"entry_points.txt": points})
     monkeypatch.setattr(execution, "site_dirs", lambda: [str(site)])
@@ -399,7 +400,7 @@ def test_built_in_kinds_resolve_to_tracked_code_only():
         stages.load_kind("no.such-kind")
     pyproject = (REPO / "pyproject.toml").read_text()
     assert '[project.entry-points."prereg.stage_kinds"]' not in pyproject, (
-        "the built-in kinds have one home: prereg.stages.BUILT_IN_KINDS"
+        "the built-in kinds have one home: prereg.kinds.stages.BUILT_IN_KINDS"
     )
 
 
@@ -515,7 +516,7 @@ class _Config:
 )
 def test_only_popen_workers_of_this_interpreter_or_proving_remote_workers_pass(count, extra, kind):
     """A local worker must be this interpreter, here; a remote one (socket=, ssh=) with only
-    chdir/id/python options passes here because it proves its own state (prereg.remote)."""
+    chdir/id/python options passes here because it proves its own state (prereg.runtime.remote)."""
     spec = f"{count}*{kind}{extra.replace('PYTHON', sys.executable)}"
     found = execution._worker_problems([("pytestconfig", _Config(tx=[spec]))])
     local_ok = kind == "popen" and extra in ("", "//id=gw9", "//python=PYTHON")
@@ -554,7 +555,7 @@ def test_editable_install_metadata_is_allowed_only_while_it_names_committed_code
     for extra, phrase in (
         ("[console_scripts]\nother = pkg.planted:main\n", "pkg.planted is not a committed"),
         ("[pytest11]\nplug = pkg.cli\n", "pytest plugin"),
-        ("[prereg.stage_kinds]\ne04.robustness = prereg.stages:PLAIN\n", "redirects"),
+        ("[prereg.stage_kinds]\ne04.robustness = prereg.kinds.stages:PLAIN\n", "redirects"),
     ):
         (meta / "entry_points.txt").write_text(extra)
         found = execution._ignored_problems(checkout, [])

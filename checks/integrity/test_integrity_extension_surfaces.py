@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from prereg import execution
+from prereg.evidence import execution
 from support.distributions import checkout_with_metadata
 
 pytestmark = pytest.mark.software
@@ -49,7 +49,7 @@ def test_an_approval_whose_extensions_field_was_removed_by_hand_is_refused(tmp_p
         from example_project import STAGE, example_project
     finally:
         sys.path.pop(0)
-    from prereg.approval import approval_path
+    from prereg.decisions.approval import approval_path
 
     project = example_project(tmp_path / "study", replicates=2)
     run_id = f"{STAGE}-20261201-001"
@@ -69,7 +69,7 @@ def test_an_approval_whose_extensions_field_was_removed_by_hand_is_refused(tmp_p
 def test_prereg_init_writes_nothing_through_a_symbolic_link(tmp_path, linked):
     """A folder whose ``experiments`` (or ``plans``) is a link to another project's: init
     would write ``.gitkeep`` or ``BASELINE.json`` into that project; it refuses instead."""
-    from prereg.scaffold import InitRefused, init_project
+    from prereg.commands.scaffold import InitRefused, init_project
 
     elsewhere = tmp_path / "other-project" / "folder"
     elsewhere.mkdir(parents=True)
@@ -87,7 +87,7 @@ def test_the_audit_finds_a_stage_kind_the_approval_does_not_bind(tmp_path):
     stage kind came from an installed package, the approval binds none."""
     from types import SimpleNamespace
 
-    from prereg.audit import Evidence, check_extensions, check_unbound_kind
+    from prereg.decisions.audit import Evidence, check_extensions, check_unbound_kind
 
     origin = {
         "distribution": "toykind 1.0",
@@ -118,7 +118,7 @@ def test_the_audit_finds_a_stage_kind_the_approval_does_not_bind(tmp_path):
 def test_prereg_init_refuses_a_folder_inside_a_git_folder(tmp_path):
     """``git rev-parse --show-toplevel`` fails inside ``.git``, which looked like "no
     checkout": init wrote a project (and ran git init) inside another repository's .git."""
-    from prereg.scaffold import InitRefused, init_project
+    from prereg.commands.scaffold import InitRefused, init_project
 
     subprocess.run(["git", "init", "-q", str(tmp_path / "host")], check=True)
     with pytest.raises(InitRefused, match="inside a git repository's own folder"):

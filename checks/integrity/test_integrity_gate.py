@@ -13,9 +13,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prereg import gate, ledger
-from prereg.hashing import canonical_json, sha256_file
-from prereg.runs import RunFolder, RunIdError, RunLayout, item_dir_name, run_dir, valid_run_id
+from prereg.base.hashing import canonical_json, sha256_file
+from prereg.decisions import gate
+from prereg.records import ledger
+from prereg.records.runs import (
+    RunFolder,
+    RunIdError,
+    RunLayout,
+    item_dir_name,
+    run_dir,
+    valid_run_id,
+)
 from support.toy import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software

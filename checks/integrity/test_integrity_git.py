@@ -2,7 +2,7 @@
 record, not what its configuration, index flags or environment say.
 
 Each attack is performed for real in a scratch repository with plain git (showing that
-git itself is fooled), then :mod:`prereg.gitrepo` or :mod:`prereg.ledger` must see
+git itself is fooled), then :mod:`prereg.base.gitrepo` or :mod:`prereg.records.ledger` must see
 through it.
 """
 
@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prereg import gitrepo, ledger
+from prereg.base import gitrepo
+from prereg.records import ledger
 
 pytestmark = pytest.mark.software
 

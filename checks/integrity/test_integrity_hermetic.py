@@ -20,8 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prereg import gitrepo, hermetic, ledger
-from prereg import snapshot as snapshots
+import prereg
+from prereg.base import gitrepo
+from prereg.evidence import hermetic
+from prereg.records import ledger
+from prereg.records import snapshot as snapshots
 from prereg.testing import terminal_signals
 from support.toy import left_behind, make_toy_repo, private_tmp, stage_spec
 
@@ -158,15 +161,15 @@ def test_breakpoint_in_an_item_refuses_instead_of_prompting(tmp_path):
 
 
 EVIL = """
-import prereg.execution, prereg.gate, prereg.options
-prereg.gate.check = lambda *args, **kwargs: []
-prereg.options.refused_options = lambda *args, **kwargs: []
-prereg.execution.problems = lambda *args, **kwargs: []
+import prereg.evidence.execution, prereg.decisions.gate, prereg.runtime.option_policy
+prereg.decisions.gate.check = lambda *args, **kwargs: []
+prereg.runtime.option_policy.refused_options = lambda *args, **kwargs: []
+prereg.evidence.execution.problems = lambda *args, **kwargs: []
 """
 
 
 def test_a_gate_switched_off_from_inside_the_run_is_found_by_the_audit(tmp_path):
-    """A plugin from outside the checkout that replaces ``prereg.gate.check`` runs a session
+    """A plugin from outside the checkout that replaces ``prereg.decisions.gate.check`` runs a session
     in the working tree: nothing refuses, but the audit re-judges the recorded conditions."""
     toy = _probe_repo(tmp_path / "p")
     outside = tmp_path / "outside"
@@ -268,7 +271,7 @@ def test_committed_files_of_a_sha256_repository_are_accounted_for(tmp_path):
     """The execution check compares a loaded file with its blob id in the repository's own
     object format (a SHA-1 id would call every file of a sha256 repository changed), in a
     checkout and in a snapshot of it alike."""
-    from prereg import execution
+    from prereg.evidence import execution
 
     root = tmp_path / "r"
     root.mkdir()
@@ -563,7 +566,7 @@ def test_only_relative_output_paths_are_resolved_against_the_launchers_folder(va
 
 BOOT_PROBE = """
 import json, os
-from prereg import execution, hermetic
+from prereg.evidence import execution, hermetic
 
 def test_probe():
     os.environ["SET_AFTER_START"] = "by-code"  # as a conftest could
@@ -584,7 +587,7 @@ def test_the_boot_records_the_environment_a_session_started_with_and_what_its_co
     What its code set later is recorded beside them: a variable a library sets when it loads
     passes, any other is refused (the session's xdist workers would inherit it)."""
     (tmp_path / "test_boot.py").write_text(BOOT_PROBE)
-    boot = Path(hermetic.__file__).with_name(hermetic.BOOT)
+    boot = hermetic.boot_script(Path(prereg.__file__).parent)
     lib = Path(hermetic.__file__).resolve().parents[1]
     done = subprocess.run(
         [sys.executable, "-I", str(boot), str(lib), "-p", "no:cacheprovider", "-q", "-s",
@@ -632,7 +635,7 @@ def test_a_variable_a_committed_conftest_sets_before_the_gate_is_refused_before_
     )
 )
 def test_the_recorded_environment_names_exactly_the_variables_outside_the_allow_list(names):
-    from prereg import execution
+    from prereg.evidence import execution
 
     found = execution.recorded_problems({"environment_names": names, "isolated": 1}, None)
     held = [p for p in found if "environment held" in p]

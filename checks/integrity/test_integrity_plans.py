@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prereg.approval import load_approval
-from prereg.hashing import canonical_json, parse_json, read_json
-from prereg.plans import load_plan, validate_stage
-from prereg.schema import Range, SchemaError, validate
+from prereg.base.hashing import canonical_json, parse_json, read_json
+from prereg.base.schema import Range, SchemaError, validate
+from prereg.decisions.approval import load_approval
+from prereg.kinds.plans import load_plan, validate_stage
 from support.toy import PINS, make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
@@ -338,7 +338,7 @@ def test_the_shipped_plans_validate_and_hold_one_alpha_for_the_decisions():
 def test_the_planning_rule_and_the_confirmatory_intervals_read_the_same_alpha(alpha):
     from prereg.rp002a.config_stage import sd_bound
     from prereg.rp002a.confirmatory_stage import decisions
-    from prereg.stats.intervals import replicate_mean_t_interval
+    from prereg.rp002a.stats.intervals import replicate_mean_t_interval
 
     plan = json.loads(PIPELINE.read_text())
     decision = plan["parameters"]["decision"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from prereg import execution
+from prereg.evidence import execution
 from prereg.testing import ScratchProject
 from support.distributions import checkout_with_metadata
 

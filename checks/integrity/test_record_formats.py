@@ -16,11 +16,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prereg import approval, audit, envlock, manifest, records, registry, runs, verdicts
-from prereg.gate import Refusal
+from prereg import records
+from prereg.base.schema import validate
+from prereg.decisions import approval, audit, manifest
+from prereg.decisions.gate import Refusal
+from prereg.evidence import envlock
+from prereg.kinds import registry
+from prereg.records import runs, verdicts
 from prereg.runtime import items as item_side
 from prereg.runtime import rehearsal
-from prereg.schema import validate
 from support.toy import ToyRepo, make_toy_repo
 
 pytestmark = pytest.mark.software

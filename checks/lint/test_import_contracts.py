@@ -28,8 +28,6 @@ PACKAGE = ROOT / "lib" / "prereg"
 SEARCH_PATH = (ROOT / "lib", ROOT / "examples" / "prereg-paired-models" / "src")
 PUBLIC = {"api"}
 PROTOCOLS = {"rp002a", "e04"}
-# What the protocols may import of prereg besides prereg.api: RP002A's statistics.
-PROTOCOL_SIDE = {"stats"}
 
 
 def _lint_imports() -> str:
@@ -146,13 +144,13 @@ def test_the_protocols_may_import_prereg_api_only_and_the_list_names_every_other
     source = _short(_lines(_read(), contract, "source_modules"))
     forbidden = _short(_lines(_read(), contract, "forbidden_modules"))
     assert source == PROTOCOLS, f"{CONFIG.name} [{_section(contract)}]: sources {source}"
-    missing = _children() - PUBLIC - PROTOCOLS - PROTOCOL_SIDE - forbidden
+    missing = _children() - PUBLIC - PROTOCOLS - forbidden
     assert not missing, (
         f"{CONFIG.name} [{_section(contract)}] forbidden_modules does not list "
         f"prereg.{', prereg.'.join(sorted(missing))}: add each, or make what the protocols "
         "use of it public through prereg.api"
     )
-    allowed = forbidden & (PUBLIC | PROTOCOLS | PROTOCOL_SIDE)
+    allowed = forbidden & (PUBLIC | PROTOCOLS)
     assert not allowed, f"{CONFIG.name} [{_section(contract)}] forbids {allowed}"
     assert not forbidden - _children(), f"{CONFIG.name}: no such modules {forbidden - _children()}"
 
@@ -185,12 +183,12 @@ def _drop(contract: str, key: str, line: str) -> Callable:
     return mutate
 
 
-def _swap_layers(upper: str, lower: str) -> Callable:
+def _swap_layers(contract: str, upper: str, lower: str) -> Callable:
     def mutate(parser):
-        lines = _lines(parser, "layers", "layers")
+        lines = _lines(parser, contract, "layers")
         i, j = lines.index(upper), lines.index(lower)
         lines[i], lines[j] = lines[j], lines[i]
-        _set_lines(parser, "layers", "layers", lines)
+        _set_lines(parser, contract, "layers", lines)
 
     return mutate
 
@@ -209,8 +207,8 @@ BREAKS = {
     ),
     "core-imports-a-forbidden-module": (
         "core-without-protocols",
-        _add("core-without-protocols", "forbidden_modules", "prereg.runs"),
-        "prereg.demo -> prereg.runs",
+        _add("core-without-protocols", "forbidden_modules", "prereg.records"),
+        "prereg.commands.demo -> prereg.records",
     ),
     "protocols-share-a-module": (
         "protocols-independent",
@@ -222,20 +220,25 @@ BREAKS = {
         _add("protocols-use-public-api", "forbidden_modules", "prereg.api"),
         "prereg.e04.stage -> prereg.api",
     ),
-    "audit-above-requirements": (
+    "kinds-above-decisions": (
         "layers",
-        _swap_layers("requirements", "audit"),
-        "prereg.requirements -> prereg.audit",
+        _swap_layers("layers", "decisions", "kinds"),
+        "prereg.decisions.gate -> prereg.kinds",
+    ),
+    "audit-above-bindings": (
+        "decisions",
+        _swap_layers("decisions", "bindings", "audit"),
+        "prereg.decisions.bindings -> prereg.decisions.audit",
     ),
     "module-in-no-layer": (
         "layers",
-        _drop("layers", "layers", "ledger"),
-        "prereg.ledger",
+        _drop("layers", "layers", "records"),
+        "prereg.records",
     ),
     "stale-ignore": (
         "layers",
-        _add("layers", "ignore_imports", "prereg.hashing -> prereg.gate"),
-        "prereg.hashing -> prereg.gate",
+        _add("layers", "ignore_imports", "prereg.base.hashing -> prereg.decisions.gate"),
+        "prereg.base.hashing -> prereg.decisions.gate",
     ),
 }
 

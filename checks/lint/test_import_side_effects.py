@@ -21,7 +21,7 @@ pytestmark = pytest.mark.software
 
 LIB = Path(__file__).resolve().parents[2] / "lib"
 # Modules whose import runs something (the hermetic session's boot script runs pytest).
-NOT_IMPORTED = {"prereg.hermetic_boot"}
+NOT_IMPORTED = {"prereg.runtime.hermetic_boot"}
 
 # Imports each module named on the command line in turn, in one interpreter: a variable that
 # appears or changes is charged to the first module whose import (with what it imports) did it.

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from prereg import remote
-from prereg import snapshot as snapshots
+from prereg.records import snapshot as snapshots
+from prereg.runtime import remote
 from support.hosts import SocketHost, clone_host, start_socket_host
 from support.toy import ToyRepo, make_toy_repo, stage_spec
 
@@ -148,7 +148,7 @@ sys.meta_path.append(type("Finder", (), {{"find_spec": staticmethod(
         "pkg", {str(checkout / "src/pkg/__init__.py")!r}) if name == "pkg" else None)}}))
 import pkg
 assert pkg.WHERE == "approved"
-from prereg import remote
+from prereg.runtime import remote
 remote.enter({str(checkout)!r}, {str(snap)!r})
 open({str(checkout / "src/pkg/__init__.py")!r}, "w").write("WHERE = 'edited'")
 import pkg

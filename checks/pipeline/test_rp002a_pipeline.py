@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from prereg import ledger
-from prereg.hashing import sha256_file, write_json
+from prereg.base.hashing import sha256_file, write_json
+from prereg.records import ledger
 from support.rp002a_clone import prereg, rename_tests, run_pipeline, scratch_clone, steps, tiny_plan
 
 pytestmark = [pytest.mark.software, pytest.mark.slow]

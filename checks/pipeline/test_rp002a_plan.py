@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prereg.plans import load_plan, validate_stage
+from prereg.kinds.plans import load_plan, validate_stage
 from support.checkout import CHECKOUT
 
 pytestmark = pytest.mark.software

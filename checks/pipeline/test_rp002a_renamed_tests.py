@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from prereg.plans import load_plan
+from prereg.kinds.plans import load_plan
+from prereg.kinds.stages import RunView, load_kind
 from prereg.rp002a import calibration_stage, units
-from prereg.stages import RunView, load_kind
 from support.rp002a_clone import (
     TINY,
     prereg,

@@ -7,7 +7,7 @@ import pytest
 from browser_probe import check_in_browser, needs_chromium
 from reportruns import COMPLETE, INCOMPLETE
 
-from prereg.report import every_run, index_rows, write_index, write_report
+from prereg.commands.report.render import every_run, index_rows, write_index, write_report
 
 pytestmark = [pytest.mark.software, needs_chromium]
 

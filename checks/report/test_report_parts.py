@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prereg.report import html as h
-from prereg.report import plots
-from prereg.report.header import consumed_run_link
-from prereg.report.model import RunRecord, missing_items, peak_memory
-from prereg.report.sections import SectionContext, section_for
-from prereg.runs import valid_run_id
+from prereg.commands.report.header import consumed_run_link
+from prereg.kinds.report import html as h
+from prereg.kinds.report import plots
+from prereg.kinds.report.model import RunRecord, missing_items, peak_memory
+from prereg.kinds.report.sections import SectionContext, section_for
+from prereg.records.runs import valid_run_id
 
 pytestmark = pytest.mark.software
 
@@ -167,7 +167,7 @@ def test_missing_items_counts_what_did_not_pass(outcomes):
 
 
 def test_a_kind_renders_its_own_section_and_an_unknown_or_silent_kind_none():
-    from prereg.stages import BUILT_IN_KINDS, StageKind, load_kind, register_kind
+    from prereg.kinds.stages import BUILT_IN_KINDS, StageKind, load_kind, register_kind
 
     def renderer(context: SectionContext) -> str:
         return "<section>custom</section>"

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from reportruns import COMPLETE, FAILING_CELL, FAILURE_MESSAGE, INCOMPLETE, KILLED
 
-from prereg.report import every_run, load_run, render_report
+from prereg.commands.report.render import every_run, render_report
+from prereg.kinds.report.model import load_run
 
 pytestmark = pytest.mark.software
 
@@ -201,8 +202,9 @@ def test_report_all_writes_every_page_and_the_index(toy_runs):
 
 
 def test_every_page_and_the_index_read_each_runs_plan_from_git_once(toy_runs, monkeypatch):
-    from prereg import gitrepo
-    from prereg.report import index_rows, model
+    from prereg.base import gitrepo
+    from prereg.commands.report.render import index_rows
+    from prereg.kinds.report import model
 
     shown = []
     real = gitrepo.show_bytes

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from browser_probe import CHROMIUM_PATH, check_in_browser
 
-from prereg.report import every_run, index_rows, load_run, render_report
+from prereg.commands.report.render import every_run, index_rows, render_report
+from prereg.kinds.report.model import load_run
 from support import (
     e04_project,
     rp002a_clone,  # noqa: F401 - tiny_pipeline needs it

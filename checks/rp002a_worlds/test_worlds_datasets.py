@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from prereg.base.seeds import derivation, numpy_generator
 from prereg.rp002a.datasets import (
     DATASET_FORMAT,
     SPLITS,
@@ -23,7 +24,6 @@ from prereg.rp002a.datasets import (
     save_unit_datasets,
 )
 from prereg.rp002a.laws import HiddenMarkovLaw, LawError
-from prereg.seeds import derivation, numpy_generator
 
 COUNTS = {"train": 64, "validation": 16, "assessment": 32}  # small stand-ins for 4096/1024/2048
 T = 129

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from prereg.base.seeds import numpy_generator
 from prereg.rp002a.frequency import (
     FrequencyTable,
     FrequencyTableError,
@@ -16,7 +17,6 @@ from prereg.rp002a.frequency import (
 )
 from prereg.rp002a.ideal import ideal_current_predictions
 from prereg.rp002a.laws import generate_episodes
-from prereg.seeds import numpy_generator
 
 
 def test_hand_computed_table() -> None:

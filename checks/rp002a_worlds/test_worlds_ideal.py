@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prereg.base.seeds import numpy_generator
 from prereg.rp002a.ideal import (
     IdealPredictorError,
     InformationSet,
@@ -25,7 +26,6 @@ from prereg.rp002a.laws import (
     HiddenMarkovLaw,
     generate_episodes,
 )
-from prereg.seeds import numpy_generator
 
 CLIP, T, WINDOW = 1e-8, 129, 8
 REGISTRY = reference_law_registry()

@@ -9,6 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prereg.base.seeds import numpy_generator
 from prereg.rp002a.laws import (
     HIDDEN_MARKOV_ERASURE,
     ErasedTarget,
@@ -19,7 +20,6 @@ from prereg.rp002a.laws import (
     hidden_markov_erasure_law,
     law_to_spec,
 )
-from prereg.seeds import numpy_generator
 
 N_EPISODES, T = 2000, 129
 

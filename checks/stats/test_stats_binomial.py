@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from prereg.stats._validation import StatsInputError
-from prereg.stats.binomial import (
+from prereg.rp002a.stats._validation import StatsInputError
+from prereg.rp002a.stats.binomial import (
     binomial_mc_standard_error,
     clopper_pearson_interval,
     clopper_pearson_upper,

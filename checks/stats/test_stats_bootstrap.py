@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prereg.stats._validation import StatsInputError, StatsTypeError
-from prereg.stats.bootstrap import (
+from prereg.rp002a.stats._validation import StatsInputError, StatsTypeError
+from prereg.rp002a.stats.bootstrap import (
     nested_bootstrap_means,
     percentile_intervals,
     whole_cluster_bootstrap_means,

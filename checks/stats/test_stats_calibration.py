@@ -8,24 +8,24 @@ import json
 import numpy as np
 import pytest
 
-from prereg.stats._validation import StatsInputError
-from prereg.stats.calibration import (
+from prereg.rp002a.stats._validation import StatsInputError
+from prereg.rp002a.stats.calibration import (
     CalibrationSettings,
     SimulationCell,
     eligible_counts,
     run_simulation_cell,
     simulate_contrast_noise,
 )
-from prereg.stats.calibration_bootstrap import (
+from prereg.rp002a.stats.calibration_bootstrap import (
     BootstrapCell,
     BootstrapSettings,
     run_bootstrap_cell,
     simulate_episode_values,
 )
-from prereg.stats.decisions import contrast_verdict
-from prereg.stats.intervals import replicate_mean_t_interval
-from prereg.stats.laws import LAW_NAMES, standardized_draws
-from prereg.stats.records import replay_differences, to_record, trial_arrays
+from prereg.rp002a.stats.decisions import contrast_verdict
+from prereg.rp002a.stats.intervals import replicate_mean_t_interval
+from prereg.rp002a.stats.laws import LAW_NAMES, standardized_draws
+from prereg.rp002a.stats.records import replay_differences, to_record, trial_arrays
 
 pytestmark = pytest.mark.software
 

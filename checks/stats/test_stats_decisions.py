@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prereg.stats._validation import StatsInputError
-from prereg.stats.decisions import (
+from prereg.rp002a.stats._validation import StatsInputError
+from prereg.rp002a.stats.decisions import (
     ANALYSIS_FAILURE,
     ANALYSIS_FAILURE_CODE,
     BENEFIT,
@@ -23,7 +23,7 @@ from prereg.stats.decisions import (
     decision_region,
     decision_regions,
 )
-from prereg.stats.intervals import replicate_mean_t_interval, replicate_mean_t_intervals
+from prereg.rp002a.stats.intervals import replicate_mean_t_interval, replicate_mean_t_intervals
 
 pytestmark = pytest.mark.software
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from prereg.stats._validation import StatsInputError
-from prereg.stats.intervals import (
+from prereg.rp002a.stats._validation import StatsInputError
+from prereg.rp002a.stats.intervals import (
     bonferroni_t_critical,
     replicate_mean_t_interval,
     replicate_mean_t_intervals,

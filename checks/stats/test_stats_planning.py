@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import optimize, stats
 
-from prereg.stats._validation import StatsInputError
-from prereg.stats.planning import (
+from prereg.rp002a.stats._validation import StatsInputError
+from prereg.rp002a.stats.planning import (
     NO_ELIGIBLE_COUNT,
     PRECISE,
     RESOURCE_LIMITED,

@@ -9,17 +9,17 @@ import sys
 
 import pytest
 
-from prereg.stages import BUILT_IN_KINDS
+from prereg.kinds.stages import BUILT_IN_KINDS
 
 pytestmark = pytest.mark.software
 
 PROBE = """
 import json, sys
-from prereg.stages import load_kind
+from prereg.kinds.stages import load_kind
 for name in sys.argv[1:]:
     load_kind(name)
 loaded = "scipy.stats" in sys.modules
-from prereg.stats.binomial import clopper_pearson_upper
+from prereg.rp002a.stats.binomial import clopper_pearson_upper
 bound = clopper_pearson_upper(3, 200, 0.05)
 print(json.dumps({"after_kinds": loaded, "after_quantile": "scipy.stats" in sys.modules}))
 """

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+from prereg.base.seeds import numpy_generator
 from prereg.e04.backends import TokenHashBackend
 from prereg.e04.embeddings import identity_sha256
 from prereg.e04.synthetic import SyntheticFixture, make_synthetic_repository
-from prereg.runs import RunFolder, refusals_dir
-from prereg.seeds import numpy_generator
+from prereg.records.runs import RunFolder, refusals_dir
 from prereg.testing import ScratchProject
 from support.checkout import CHECKOUT
 from support.toy import UNUSED_PLUGINS
@@ -50,7 +50,7 @@ def check_plan(tasks: int = TASKS) -> dict:
 
 
 def result_files(run_dir: Path) -> dict[str, bytes]:
-    """The bytes of a run's result files (:meth:`prereg.runs.RunFolder.result_files`)."""
+    """The bytes of a run's result files (:meth:`prereg.records.runs.RunFolder.result_files`)."""
     return {rel: path.read_bytes() for rel, path in RunFolder(run_dir).result_files().items()}
 
 

@@ -85,9 +85,9 @@ def start_socket_host(
     clone: Path,
     hide: Path,
     env: dict[str, str] | None = None,
-    server: str = "prereg.remote",
+    server: str = "prereg.runtime.remote",
 ) -> SocketHost:
-    """``python -m prereg.remote 127.0.0.1:PORT`` (execnet's socket server, one connection;
+    """``python -m prereg.runtime.remote 127.0.0.1:PORT`` (execnet's socket server, one connection;
     ``server="execnet.script.socketserver"``: execnet's own script, serving in a loop) in
     ``clone``, inside its own mount namespace where ``hide`` (the controller's checkout) is
     an empty tmpfs."""

@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from prereg import gitrepo
-from prereg.demo import DemoStep, run_demo
+from prereg.base import gitrepo
+from prereg.commands.demo import DemoStep, run_demo
 from prereg.testing import ScratchProject
 from support.checkout import CHECKOUT
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from prereg.runs import refusals_dir
+from prereg.records.runs import refusals_dir
 from prereg.testing import ScratchProject
 
 # Installed pytest plugins no toy (or E04 check) stage uses, blocked in their pytest.ini: each

@@ -77,18 +77,18 @@ def test_scaffolding_anywhere_in_the_package_is_found():
         "prereg/e04/scratch.py": "",
         "prereg/rp002a/testing.py": "",
         "prereg/support/toy.py": "",
-        "prereg/stats/test_bounds.py": "",
+        "prereg/rp002a/stats/test_bounds.py": "",
         "prereg/e04/testing/__init__.py": "",
         "prereg/conftest.py": "",
         "prereg/e04/lmstudio_double.py": "",
-        "prereg/scaffold.py": "",
+        "prereg/commands/scaffold.py": "",
     }
     assert scaffold_files(sorted(files)) == [
         "prereg/conftest.py",
         "prereg/e04/scratch.py",
         "prereg/e04/testing/__init__.py",
+        "prereg/rp002a/stats/test_bounds.py",
         "prereg/rp002a/testing.py",
-        "prereg/stats/test_bounds.py",
         "prereg/support/toy.py",
     ]
     helpers = "class ToyRepo: ...\ndef make_toy_repo(): ...\nPINS = {}\n_private = 1\n"

@@ -19,10 +19,10 @@ few lines around the experiment's own code (``examples/prereg-paired-models`` is
 Settings and parsing
     :func:`settings_parser`, :func:`parse_as`, :func:`parameters_of`, :func:`field_tree`,
     :func:`bounded`,
-    :class:`StageSettings`, :class:`SettingsError` (:mod:`prereg.typed_settings`).
+    :class:`StageSettings`, :class:`SettingsError` (:mod:`prereg.base.typed_settings`).
 Result files
     :func:`save_json`, :func:`load_json`, :func:`json_value`, :func:`save_npz`,
-    :func:`load_npz` (:mod:`prereg.kind_tools`).
+    :func:`load_npz` (:mod:`prereg.kinds.helpers`).
 Replay
     :func:`rerun_replay` (reruns the items' own code and the summary, compares every file),
     or, for a replay of one's own, :func:`compare`, :func:`compare_folders`,
@@ -30,12 +30,12 @@ Replay
 Summary and report
     :func:`collect_items`, :func:`summarise_items`, :func:`render_summary`,
     :func:`headline_from`, and
-    :mod:`html` (:mod:`prereg.report.html`) and :mod:`plots` (:mod:`prereg.report.plots`,
+    :mod:`html` (:mod:`prereg.kinds.report.html`) and :mod:`plots` (:mod:`prereg.kinds.report.plots`,
     matplotlib figures as PNG data URIs; matplotlib is imported on use) for a section of
     one's own.
 Seeds
     :func:`derivation`, :func:`seed`, :func:`numpy_generator`, :func:`torch_generator`
-    (:mod:`prereg.seeds`), :func:`torch_seeded` (torch's global generator, forked).
+    (:mod:`prereg.base.seeds`), :func:`torch_seeded` (torch's global generator, forked).
 Stage kinds, items, runs and plans
     :class:`StageKind`, :class:`RunView`, :func:`coordinate_key`, :func:`load_kind`,
     :class:`ItemContext`, :class:`BudgetExceeded`, :class:`SectionContext`,
@@ -63,34 +63,11 @@ from __future__ import annotations
 
 import warnings
 
-from prereg import arrays, registry
-from prereg.context import BudgetExceeded, ItemContext
-from prereg.gitrepo import head_commit
-from prereg.hashing import canonical_json, read_json, sha256_bytes, sha256_file, write_json
-from prereg.kind_tools import (
-    collect_items,
-    compare,
-    compare_folders,
-    headline_from,
-    json_value,
-    load_json,
-    load_npz,
-    render_summary,
-    replay_outputs,
-    rerun_replay,
-    save_json,
-    save_npz,
-    seed_findings,
-    summarise_items,
-    torch_seeded,
-)
-from prereg.plans import Plan, baseline_problems, load_plan, validate_stage
-from prereg.provenance import PeakScope
-from prereg.registry import ExtensionPoint
-from prereg.report import html, plots
-from prereg.report.sections import SectionContext
-from prereg.runs import MEASURED_SUFFIX, RunFolder, RunLayout
-from prereg.schema import (
+from prereg.base import arrays
+from prereg.base.gitrepo import head_commit
+from prereg.base.hashing import canonical_json, read_json, sha256_bytes, sha256_file, write_json
+from prereg.base.provenance import PeakScope
+from prereg.base.schema import (
     ANY,
     Finite,
     MapOf,
@@ -107,16 +84,8 @@ from prereg.schema import (
     UnitInterval,
     validate,
 )
-from prereg.seeds import derivation, numpy_generator, seed, torch_generator
-from prereg.stages import (
-    InputsRefused,
-    RunView,
-    StageKind,
-    coordinate_key,
-    load_kind,
-    stage_module_problem,
-)
-from prereg.typed_settings import (
+from prereg.base.seeds import derivation, numpy_generator, seed, torch_generator
+from prereg.base.typed_settings import (
     SettingsError,
     StageSettings,
     bounded,
@@ -125,6 +94,38 @@ from prereg.typed_settings import (
     parse_as,
     settings_parser,
 )
+from prereg.kinds import registry
+from prereg.kinds.context import BudgetExceeded, ItemContext
+from prereg.kinds.helpers import (
+    collect_items,
+    compare,
+    compare_folders,
+    headline_from,
+    json_value,
+    load_json,
+    load_npz,
+    render_summary,
+    replay_outputs,
+    rerun_replay,
+    save_json,
+    save_npz,
+    seed_findings,
+    summarise_items,
+    torch_seeded,
+)
+from prereg.kinds.plans import Plan, baseline_problems, load_plan, validate_stage
+from prereg.kinds.registry import ExtensionPoint
+from prereg.kinds.report import html, plots
+from prereg.kinds.report.sections import SectionContext
+from prereg.kinds.stages import (
+    InputsRefused,
+    RunView,
+    StageKind,
+    coordinate_key,
+    load_kind,
+    stage_module_problem,
+)
+from prereg.records.runs import MEASURED_SUFFIX, RunFolder, RunLayout
 
 __all__ = [
     "ANY",
@@ -202,7 +203,7 @@ __all__ = [
 def __getattr__(name: str):
     if name == "ApprovalError":  # a kind's check_inputs raises InputsRefused now
         # on use only: the approval module is a decision, above this API
-        from prereg.approval import ApprovalError
+        from prereg.decisions.approval import ApprovalError
 
         warnings.warn(
             "prereg.api.ApprovalError is deprecated and leaves prereg.api in the next release: "

@@ -9,13 +9,13 @@ import signal
 import sys
 from pathlib import Path
 
-from prereg import gitrepo
+from prereg.base import gitrepo
 
 
 def _root() -> Path:
     """The checkout; its code folders go on sys.path (a stage kind may live there)."""
     # loaded by the command that uses it, so `prereg --help` stays light
-    from prereg.stages import use_project_code
+    from prereg.kinds.stages import use_project_code
 
     try:
         root = gitrepo.toplevel(Path.cwd())
@@ -27,7 +27,7 @@ def _root() -> Path:
 
 def _pairs(values: list[str], option: str) -> dict[str, str]:
     # loaded by the command that uses it, so `prereg --help` stays light
-    from prereg.options import name_value_pairs
+    from prereg.runtime.option_policy import name_value_pairs
 
     try:
         return name_value_pairs(values, option)
@@ -37,15 +37,15 @@ def _pairs(values: list[str], option: str) -> dict[str, str]:
 
 def cmd_approve(args: argparse.Namespace) -> int:
     # loaded by the command that uses it, so `prereg --help` stays light
-    from prereg.approval import (
+    from prereg.base.schema import SchemaError
+    from prereg.decisions.approval import (
         ApprovalError,
         bound_run_warnings,
         create_approval,
         load_approval,
         next_free_run_id,
     )
-    from prereg.runs import RunLayout
-    from prereg.schema import SchemaError
+    from prereg.records.runs import RunLayout
 
     root = _root()
     use_runs = _pairs(args.use_run, "--use-run")
@@ -99,9 +99,9 @@ exit codes:
 def cmd_validate_inputs(args: argparse.Namespace) -> int:
     """``prereg validate-inputs``: every problem of the inputs a stage would bind."""
     # loaded by the command that uses it, so `prereg --help` stays light
-    from prereg.plans import load_plan
-    from prereg.schema import SchemaError
-    from prereg.stages import InputsRefused, load_kind
+    from prereg.base.schema import SchemaError
+    from prereg.kinds.plans import load_plan
+    from prereg.kinds.stages import InputsRefused, load_kind
 
     root = _root()
     inputs = {name: Path(path).resolve() for name, path in _pairs(args.input, "--input").items()}
@@ -152,8 +152,8 @@ def _tool(root: Path, name: str) -> str:
 
 def _default_plan(root: Path, stage: str) -> Path:
     # loaded by the command that uses it, so `prereg --help` stays light
-    from prereg.plans import load_plan
-    from prereg.stages import ini_list
+    from prereg.kinds.plans import load_plan
+    from prereg.kinds.stages import ini_list
 
     for rel in ini_list(root, "prereg_plans"):
         if stage in load_plan(root / rel).stages:
@@ -178,8 +178,8 @@ while both still match, and say it was stale when not (the replay then runs agai
 
 def cmd_audit(args: argparse.Namespace) -> int:
     # loaded by the command that uses it, so `prereg --help` stays light
-    from prereg.audit import COULD_NOT_AUDIT, audit_run, describe_extensions
-    from prereg.stages import use_project_code
+    from prereg.decisions.audit import COULD_NOT_AUDIT, audit_run, describe_extensions
+    from prereg.kinds.stages import use_project_code
 
     run_dir = Path(args.run_dir).absolute()
     if args.repo:
@@ -213,12 +213,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _store_verdict(root: Path, run_dir: Path, result) -> str | None:
-    """Store the verdict for ``prereg report``/``runs`` (:mod:`prereg.verdicts`); say where.
+    """Store the verdict for ``prereg report``/``runs`` (:mod:`prereg.records.verdicts`); say where.
 
     A ``--no-replay`` audit does not replace a stored verdict that still matches.
     """
     # loaded by the command that uses it, so `prereg --help` stays light
-    from prereg import verdicts
+    from prereg.records import verdicts
 
     if not result.replayed and verdicts.staleness(verdicts.load(root, run_dir), run_dir) is None:
         return None
@@ -238,7 +238,7 @@ def _store_verdict(root: Path, run_dir: Path, result) -> str | None:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     # loaded by the command that uses it, so `prereg --help` stays light
-    from prereg.report import every_run, index_rows
+    from prereg.commands.report.render import every_run, index_rows
 
     root = _root()
     rows = index_rows(root, every_run(root), audit="none" if args.no_audit else "cached")
@@ -267,7 +267,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def _print_rehearsals(root: Path) -> None:
     """The rehearsals, apart from the runs: none of them is a run."""
     # loaded by the command that uses it, so `prereg --help` stays light
-    from prereg.runs import REHEARSAL_NOTE, all_rehearsals, rehearsals_dir
+    from prereg.records.runs import REHEARSAL_NOTE, all_rehearsals, rehearsals_dir
 
     found = all_rehearsals(root)
     if not found:
@@ -286,7 +286,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     """``prereg status``: per stage, unspent approvals, next free run id, latest complete run,
     and which run consumed which."""
     # loaded by the command that uses it, so `prereg --help` stays light
-    from prereg.status import project_status, render
+    from prereg.commands.status import project_status, render
 
     status = project_status(_root())
     if args.json:
@@ -299,8 +299,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     # loaded by the command that uses it, so `prereg --help` stays light
-    from prereg.report import every_run, index_rows, write_index, write_report
-    from prereg.report.model import ReportInputError
+    from prereg.commands.report.render import every_run, index_rows, write_index, write_report
+    from prereg.kinds.report.model import ReportInputError
 
     audit = "none" if args.no_audit else "full" if args.full_audit else "cached"
     targets = [Path(p).resolve() for p in args.run_dir]
@@ -323,7 +323,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _run_root(path: Path) -> Path:
     """The repository holding a run folder (a report of another checkout's runs works)."""
     # loaded by the command that uses it, so `prereg --help` stays light
-    from prereg.stages import use_project_code
+    from prereg.kinds.stages import use_project_code
 
     try:
         root = gitrepo.toplevel(path if path.is_dir() else path.parent)
@@ -335,14 +335,20 @@ def _run_root(path: Path) -> Path:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     # loaded by the command that uses it, so `prereg --help` stays light
-    from prereg.demo import run_demo
+    from prereg.commands.demo import run_demo
 
     return run_demo(_root(), keep=args.keep)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
     # loaded by the command that uses it, so `prereg --help` stays light
-    from prereg.scaffold import InitRefused, init_project, init_stage, next_steps, stage_next_steps
+    from prereg.commands.scaffold import (
+        InitRefused,
+        init_project,
+        init_stage,
+        next_steps,
+        stage_next_steps,
+    )
 
     folder = Path(args.folder).resolve()
     try:

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from prereg.context import ItemContext
+from prereg.kinds.context import ItemContext
 from prereg.runtime import collection, launcher
 from prereg.runtime import items as item_side
 from prereg.runtime import settings as run_settings
@@ -55,7 +55,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """``pytest --research-stage=S``: pass the gate here, then become the hermetic session
-    (:mod:`prereg.hermetic`); this process never collects or runs an item itself."""
+    (:mod:`prereg.evidence.hermetic`); this process never collects or runs an item itself."""
     if launcher.launches(config):
         launcher.launch(config)  # does not return
     return None

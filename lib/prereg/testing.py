@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from prereg.runs import RunLayout
+from prereg.records.runs import RunLayout
 
 
 @dataclass
@@ -116,7 +116,7 @@ class ScratchProject:
         return self.prereg("audit", str(self.run_dir(run_id).relative_to(self.root)), *extra)
 
     def layout(self, run_id: str) -> RunLayout:
-        """Every path of run ``run_id`` of this project (:class:`prereg.runs.RunLayout`)."""
+        """Every path of run ``run_id`` of this project (:class:`prereg.records.runs.RunLayout`)."""
         return RunLayout(self.root, run_id)
 
     def run_dir(self, run_id: str) -> Path:

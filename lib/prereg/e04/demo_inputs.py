@@ -42,8 +42,8 @@ def show_summary(clone: Path, run_id: str) -> None:
     print((RunLayout(clone, run_id).summary_dir / "SUMMARY.md").read_text(encoding="utf-8"))
 
 
-# E04's stage in ``prereg demo`` (:data:`prereg.demo_steps.PROTOCOL_DEMOS` names it); each
-# entry: the fields of a prereg.demo_steps.DemoStep.
+# E04's stage in ``prereg demo`` (:data:`prereg.commands.demo_steps.PROTOCOL_DEMOS` names it); each
+# entry: the fields of a prereg.commands.demo_steps.DemoStep.
 DEMO_STEPS = (
     {"stage": "e04", "plan": DEMO_PLAN, "prepare": prepare_e04_demo, "after": show_summary},
 )

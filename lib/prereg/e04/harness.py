@@ -34,7 +34,7 @@ Harness kinds: a plan entry's ``kind`` names a :class:`HarnessKind` (how to pars
 entry, how to build the index). ``bm25`` and ``bm25+dense-rrf`` are built in
 (:data:`BUILT_IN_HARNESS_KINDS`, never taken from package metadata); any other kind comes
 from a recorded installed distribution under the entry-point group
-``prereg.harness_kinds`` (:mod:`prereg.registry`), found by :func:`default_registry`.
+``prereg.harness_kinds`` (:mod:`prereg.kinds.registry`), found by :func:`default_registry`.
 """
 
 from __future__ import annotations
@@ -452,7 +452,7 @@ class HarnessKind:
     and raises :class:`HarnessSpecError` naming the field; ``build(spec, files, functions,
     backend, cache) -> Index`` builds the index of one corpus. A user's package makes its
     kind available to real runs by naming an instance under the entry-point group
-    ``prereg.harness_kinds`` (:mod:`prereg.registry`), its entry name equal to ``kind``::
+    ``prereg.harness_kinds`` (:mod:`prereg.kinds.registry`), its entry name equal to ``kind``::
 
         [project.entry-points."prereg.harness_kinds"]
         "splade" = "my_harnesses:SPLADE"
@@ -494,9 +494,9 @@ HARNESS_POINT = registry.ExtensionPoint(
 
 
 def installed_kind(name: str) -> HarnessKind:
-    """Harness kind ``name`` from a recorded installed distribution (:mod:`prereg.registry`).
+    """Harness kind ``name`` from a recorded installed distribution (:mod:`prereg.kinds.registry`).
 
-    Raises :class:`prereg.registry.NotInstalled` (with every reason found) otherwise.
+    Raises :class:`prereg.kinds.registry.NotInstalled` (with every reason found) otherwise.
     """
     if name in HARNESS_POINT.built_in:
         raise registry.NotInstalled(ENTRY_POINT_GROUP, name, [f"{name!r} is built in"])

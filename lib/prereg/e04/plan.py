@@ -140,7 +140,7 @@ def settings_from_parameters(params: Mapping[str, Any], *, source: str = "E04 pl
 
     Raises
     ------
-    prereg.schema.SchemaError
+    prereg.base.schema.SchemaError
         Naming ``source`` and the field: unknown or missing fields, wrong types, or a
         broken rule (censored rank != candidate limit + 1, a dose table that does not
         nest, a chunker version that is not the harnesses' chunk text rule...).

@@ -1,7 +1,7 @@
 """Where E04 library code reports progress: the current item's progress log, if any.
 
 The stage sets the sink for the duration of an item (:func:`reporting_to`, with
-:meth:`prereg.context.ItemContext.progress`); library code calls :func:`note`, which
+:meth:`prereg.kinds.context.ItemContext.progress`); library code calls :func:`note`, which
 does nothing outside an item (tests, benchmarks, replay). Lines the library writes
 often (embedding batches) go through :class:`Throttle`, so a long loop writes a line
 every :data:`INTERVAL_SECONDS` and its last one, not one per batch.

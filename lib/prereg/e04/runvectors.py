@@ -62,7 +62,7 @@ VECTORS_FILE = "e04_vectors.npy"
 VECTOR_KEYS_FILE = "e04_vectors.json"
 VECTOR_ORIGIN_FILE = f"e04_vectors_origin{MEASURED_SUFFIX}"
 """Which bound vectors this run computed and which it read from the cache: measured, not a
-result (a warm run computes none), so it ends in :data:`prereg.runs.MEASURED_SUFFIX`."""
+result (a warm run computes none), so it ends in :data:`prereg.records.runs.MEASURED_SUFFIX`."""
 
 REEMBED_RANDOM_SAMPLE = 64
 """Bound texts re-embedded at random by the audit beyond those that decide a measure.

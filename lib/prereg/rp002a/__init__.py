@@ -1,7 +1,7 @@
 """RP002A: the statistical pipeline's worlds, models, training and analysis.
 
 :data:`DEMO_STEPS` are RP002A's stages in ``prereg demo``, in order, on the demo plan
-(:data:`prereg.demo_steps.PROTOCOL_DEMOS` names them). This module imports nothing of
+(:data:`prereg.commands.demo_steps.PROTOCOL_DEMOS` names them). This module imports nothing of
 prereg at import time, so importing an RP002A module costs no more than the module itself.
 """
 
@@ -37,7 +37,7 @@ def commit_frozen_config(clone: Path, run_id: str) -> None:
             )
 
 
-# Each entry: the fields of a prereg.demo_steps.DemoStep.
+# Each entry: the fields of a prereg.commands.demo_steps.DemoStep.
 DEMO_STEPS = (
     {"stage": "calibration", "plan": DEMO_PLAN, "after": show_summary},
     {"stage": "target-variance", "plan": DEMO_PLAN, "after": show_summary},

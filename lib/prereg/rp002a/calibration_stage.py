@@ -2,7 +2,7 @@
 
 One item per cell: 90 simulation cells (n x law x rho x within-mean fraction) and 18
 bootstrap-benchmark cells, all read from the plan. Each simulation cell writes
-``figures.json`` (every retained figure, :func:`prereg.stats.records.to_record`) and
+``figures.json`` (every retained figure, :func:`prereg.rp002a.stats.records.to_record`) and
 ``trials.npz`` (per-trial diagnostics); a benchmark cell also writes
 ``cpu.timing.json``, its CPU seconds, the one non-reproducible figure (``*.timing.json``
 files are excluded from byte comparisons and replay). The complete-stage summary holds
@@ -41,14 +41,18 @@ from prereg.rp002a.settings import (
     parse_calibration,
     renderer,
 )
-from prereg.stats.calibration import (
+from prereg.rp002a.stats.calibration import (
     CalibrationSettings,
     SimulationCell,
     eligibility_from_bounds,
     run_simulation_cell,
 )
-from prereg.stats.calibration_bootstrap import BootstrapCell, BootstrapSettings, run_bootstrap_cell
-from prereg.stats.records import replay_differences, to_record, trial_arrays
+from prereg.rp002a.stats.calibration_bootstrap import (
+    BootstrapCell,
+    BootstrapSettings,
+    run_bootstrap_cell,
+)
+from prereg.rp002a.stats.records import replay_differences, to_record, trial_arrays
 
 STAGE = "calibration"
 FIGURES = "figures.json"

@@ -1,6 +1,6 @@
 """RP002A stage 3, ``confirmatory-config``: derive the frozen confirmatory configuration.
 
-One item applies the protocol's fixed rule (:func:`prereg.stats.planning.select_sample_count`)
+One item applies the protocol's fixed rule (:func:`prereg.rp002a.stats.planning.select_sample_count`)
 to the calibration stage's eligibility and the target-variance stage's seven contrast SDs,
 both read from the complete, clean runs the approval consumes (``requires``). Means and
 effect sizes are never inputs. The configuration records which branch fired (``precise``,
@@ -37,7 +37,7 @@ from prereg.rp002a.settings import (
     parse_config,
     renderer,
 )
-from prereg.stats import planning
+from prereg.rp002a.stats import planning
 
 STAGE = "confirmatory-config"
 CONFIG = "CONFIRMATORY_CONFIG.json"

@@ -33,8 +33,8 @@ from prereg.api import (
 from prereg.rp002a import config_stage, variance_stage
 from prereg.rp002a import units as unitlib
 from prereg.rp002a.settings import ConfirmatoryPlan, parse_confirmatory, renderer
-from prereg.stats.decisions import contrast_verdict
-from prereg.stats.intervals import replicate_mean_t_interval
+from prereg.rp002a.stats.decisions import contrast_verdict
+from prereg.rp002a.stats.intervals import replicate_mean_t_interval
 
 STAGE = "confirmatory"
 DECISIONS = "decisions.json"

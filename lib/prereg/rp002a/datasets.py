@@ -132,7 +132,7 @@ def generate_unit_datasets(
     train_episodes, validation_episodes, assessment_episodes : int
         4096, 1024, 2048 in the plan.
     train_rng, validation_rng, assessment_rng : numpy.random.Generator
-        One independent generator per split (``prereg.seeds.numpy_generator``);
+        One independent generator per split (``prereg.base.seeds.numpy_generator``);
         passing the same object twice is refused.
 
     Returns

@@ -5,7 +5,7 @@ A law is a frozen :class:`HiddenMarkovLaw`. Laws are built from plan fields with
 families (:data:`BUILT_IN_FAMILIES`, tracked code, never read from package metadata), then
 those registered on the registry in-process (tests), then a family an installed package
 declares under the entry-point group ``prereg.law_families`` (name: the ``family`` a plan's
-law spec gives; value: ``build(spec) -> HiddenMarkovLaw``; :mod:`prereg.registry` says which
+law spec gives; value: ``build(spec) -> HiddenMarkovLaw``; :mod:`prereg.kinds.registry` says which
 installed packages qualify). ``examples/prereg-law-family`` is such a package. A law
 records the family that built it (``HiddenMarkovLaw.family``) and a stored dataset records
 :func:`law_to_spec` of it, which is read back through that family: a family whose laws
@@ -210,7 +210,7 @@ FAMILY_POINT = extensions.ExtensionPoint(
 def installed_family(name: str) -> LawFamily:
     """The builder an installed package declares for family ``name`` (loaded once per process).
 
-    Raises :class:`prereg.registry.NotInstalled` with the reasons no installed package
+    Raises :class:`prereg.kinds.registry.NotInstalled` with the reasons no installed package
     qualifies (e.g. its module was edited after install: reinstall it).
     """
     if name in BUILT_IN_FAMILIES:
@@ -220,7 +220,7 @@ def installed_family(name: str) -> LawFamily:
 
 def family_origin(name: str) -> dict | None:
     """Where family ``name`` came from: built in, or the installed distribution and file
-    (:func:`prereg.registry.origin`); None if it was not loaded from either."""
+    (:func:`prereg.kinds.registry.origin`); None if it was not loaded from either."""
     return FAMILY_POINT.origin(name)
 
 
@@ -355,7 +355,7 @@ def generate_episodes(
     All integer draws use ``dtype=int64``.
     """
     if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng={rng!r} must be a numpy.random.Generator (see prereg.seeds)")
+        raise TypeError(f"rng={rng!r} must be a numpy.random.Generator (see prereg.base.seeds)")
     for label, value in (("episodes", episodes), ("n_timepoints", n_timepoints)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise LawError(f"{label}={value!r} must be a positive integer")

@@ -247,7 +247,7 @@ def initialise_parameters(model: nn.Module, generator: torch.Generator) -> None:
     model : nn.Module
         A model from :func:`build_model`.
     generator : torch.Generator
-        CPU generator (``prereg.seeds.torch_generator(...)``); it is advanced.
+        CPU generator (``prereg.base.seeds.torch_generator(...)``); it is advanced.
 
     Notes
     -----
@@ -267,7 +267,7 @@ def initialise_parameters(model: nn.Module, generator: torch.Generator) -> None:
     if not isinstance(generator, torch.Generator):
         raise ModelSpecError(
             f"generator must be a torch.Generator; got {type(generator).__name__} "
-            "(build one with prereg.seeds.torch_generator)"
+            "(build one with prereg.base.seeds.torch_generator)"
         )
     seen = 0
     with torch.no_grad():

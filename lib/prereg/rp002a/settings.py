@@ -3,7 +3,7 @@
 Each RP002A stage kind parses the plan's shared ``parameters`` block (or, for the
 calibration, only its ``decision`` block) and its own stage's ``parameters`` here, with
 every check of :mod:`prereg.rp002a.plan_schema` and the kind's consistency rules; a bad
-plan raises ``ValueError`` (:class:`prereg.schema.SchemaError`) naming the plan file and
+plan raises ``ValueError`` (:class:`prereg.base.schema.SchemaError`) naming the plan file and
 the field, and what to do. Item code, summaries, replay and the report then read these
 settings, never the raw plan dicts.
 
@@ -31,7 +31,7 @@ from prereg.api import (
 )
 from prereg.rp002a.laws import law_registry
 from prereg.rp002a.plan_schema import SHARED, validate_shared
-from prereg.stats.laws import LAW_NAMES
+from prereg.rp002a.stats.laws import LAW_NAMES
 
 CALIBRATION = "calibration"
 TARGET_VARIANCE = "target-variance"
@@ -60,7 +60,7 @@ CALIBRATION_PARAMETERS = {
     },
     "eligibility": {"minimum_n": SAMPLE_COUNT, "max_coverage_failure_upper": Probability},
     # No rho: benchmark cells have no shared component by construction
-    # (prereg.stats.calibration_bootstrap), so a rho here would be read by nothing.
+    # (prereg.rp002a.stats.calibration_bootstrap), so a rho here would be read by nothing.
     "bootstrap_benchmark": {
         "n": [SAMPLE_COUNT],
         "laws": [OneOf(LAW_NAMES)],

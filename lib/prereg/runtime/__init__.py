@@ -4,5 +4,5 @@ In import order (each module imports only those before it): :mod:`~.settings` (t
 options, :class:`~.settings.Settings`, the stash keys, the experiments' helpers);
 :mod:`~.signals` and :mod:`~.terminal`; :mod:`~.collection`, :mod:`~.items` (the item
 side), :mod:`~.workers` (the xdist bridge) and :mod:`~.listing`; :mod:`~.controller`;
-:mod:`~.launcher`. The option policy is :mod:`prereg.options`.
+:mod:`~.launcher`. The option policy is :mod:`prereg.runtime.option_policy`.
 """

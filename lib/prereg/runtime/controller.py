@@ -15,12 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from prereg import approval as approvals
-from prereg import execution, gate, gitrepo, hermetic, ledger, manifest, provenance, records
-from prereg import snapshot as snapshots
-from prereg.hashing import canonical_json, read_json
-from prereg.plans import Plan
-from prereg.runs import contained, item_dir_name, refusal_note
+from prereg import records
+from prereg.base import gitrepo, provenance
+from prereg.base.hashing import canonical_json, read_json
+from prereg.decisions import approval as approvals
+from prereg.decisions import gate, manifest
+from prereg.evidence import execution, hermetic
+from prereg.kinds.plans import Plan
+from prereg.kinds.stages import RunView, StageKind, load_kind
+from prereg.records import ledger
+from prereg.records import snapshot as snapshots
+from prereg.records.runs import contained, item_dir_name, refusal_note
 from prereg.runtime import items as item_side
 from prereg.runtime import signals
 from prereg.runtime.collection import item_changers
@@ -28,7 +33,6 @@ from prereg.runtime.listing import Listing
 from prereg.runtime.settings import PROPERTY, SETTINGS, Settings
 from prereg.runtime.terminal import TerminalOutput
 from prereg.runtime.workers import XdistBridge, distributed
-from prereg.stages import RunView, StageKind, load_kind
 
 
 class Deferred:
@@ -471,8 +475,8 @@ def pass_gate(
     A hermetic session (code in a snapshot) first proves its snapshot: the tree id of its
     folder, recomputed from the bytes on disk, must be HEAD's tree. ``session_follows``: this
     is the launcher, and the session's gate judges what it loads again
-    (:func:`prereg.gate.gather`). The stage kind's own check is left to the caller
-    (:attr:`prereg.gate.Gathered.kind_check`)."""
+    (:func:`prereg.decisions.gate.gather`). The stage kind's own check is left to the caller
+    (:attr:`prereg.decisions.gate.Gathered.kind_check`)."""
     root = settings.project
     record = approvals.load_approval(Path(settings.approval_path))
     snapshot = None

@@ -13,11 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from prereg import execution, gitrepo, manifest, provenance, records, remote
-from prereg import snapshot as snapshots
-from prereg.context import BudgetExceeded, ItemContext
-from prereg.hashing import file_entries, read_json, sha256_file
-from prereg.runs import RunLayout, item_dir_name
+from prereg import records
+from prereg.base import gitrepo, provenance
+from prereg.base.hashing import file_entries, read_json, sha256_file
+from prereg.decisions import manifest
+from prereg.evidence import execution
+from prereg.kinds.context import BudgetExceeded, ItemContext
+from prereg.records import snapshot as snapshots
+from prereg.records.runs import RunLayout, item_dir_name
+from prereg.runtime import remote
 from prereg.runtime.settings import (
     CODE,
     ITEM_RECORD,

@@ -1,7 +1,7 @@
 """The role a process plays, and the launcher.
 
 ``pytest --research-stage=S`` typed by a user launches: it passes the gate, materialises a
-snapshot of the approved commit and becomes the hermetic session (:mod:`prereg.hermetic`),
+snapshot of the approved commit and becomes the hermetic session (:mod:`prereg.evidence.hermetic`),
 which registers the :class:`~prereg.runtime.controller.Controller`. An xdist worker takes
 the controller's settings; a software run, a listing, a session and a rehearsal
 (:mod:`prereg.runtime.rehearsal`, in this process, from the working tree) each get their own.
@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from prereg import gate, gitrepo, hermetic
-from prereg import snapshot as snapshots
+from prereg.base import gitrepo
+from prereg.decisions import gate
+from prereg.evidence import hermetic
+from prereg.records import snapshot as snapshots
 from prereg.runtime.controller import Controller, pass_gate, refuse
 from prereg.runtime.listing import entry_point_plugins
 from prereg.runtime.rehearsal import Rehearsal

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from prereg import envlock, hermetic
-from prereg.execution import PYTEST_PLUGIN_ENTRY_POINT
+from prereg.evidence import envlock, hermetic
+from prereg.evidence.execution import PYTEST_PLUGIN_ENTRY_POINT
 from prereg.runtime.settings import (
     LIST_OPTION,
     LISTING_DROPS,
@@ -45,7 +45,7 @@ def entry_point_plugins(
 
 class Listing:
     """The stage's full item set, listed at the gate by a clean session started like this one
-    (:mod:`prereg.hermetic`: the snapshot, its environment, the approved plugins) but without
+    (:mod:`prereg.evidence.hermetic`: the snapshot, its environment, the approved plugins) but without
     its options, PYTEST_ADDOPTS, xdist, the stepwise and cache plugins or any conftest.py: the
     stage's items are what its module alone collects, so a conftest hook that drops, repeats
     or adds items differs from the listing and is refused. It writes no file but its list (a

@@ -4,8 +4,8 @@ The stage's items run through the same fixtures, item records, summary and termi
 as a run, from the working tree as it is (uncommitted edits included), with any selection
 (``-k``, one item, ``--pdb``, ``--collect-only``) and without an approval: no gate is
 judged, no run id is spent, and nothing is written to git. What it writes goes to
-``runs/rehearsals/<stage>-<UTC stamp>/`` (:class:`prereg.runs.RehearsalLayout`), whose one
-record ``rehearsal.json`` says :data:`prereg.runs.REHEARSAL_NOTE`. No run folder, required
+``runs/rehearsals/<stage>-<UTC stamp>/`` (:class:`prereg.records.runs.RehearsalLayout`), whose one
+record ``rehearsal.json`` says :data:`prereg.records.runs.REHEARSAL_NOTE`. No run folder, required
 run, audit or report ever takes a rehearsal for a run: it has no ``start.json`` or
 ``manifest.json``, no run id and no git record, and the audit refuses a folder holding a
 rehearsal record.
@@ -20,15 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from prereg import gitrepo, manifest, options, remote
-from prereg.hashing import canonical_json, file_entries, sha256_file
-from prereg.plans import load_plan
+from prereg.base import gitrepo
+from prereg.base.hashing import canonical_json, file_entries, sha256_file
+from prereg.decisions import manifest
+from prereg.kinds.plans import load_plan
+from prereg.kinds.stages import InputsRefused, load_kind
 from prereg.records import REHEARSAL_FORMAT
-from prereg.runs import REHEARSAL_NOTE, RunLayout
-from prereg.runtime import signals
+from prereg.records.runs import REHEARSAL_NOTE, RunLayout
+from prereg.runtime import option_policy as options
+from prereg.runtime import remote, signals
 from prereg.runtime.controller import Controller
 from prereg.runtime.settings import SETTINGS, Settings
-from prereg.stages import InputsRefused, load_kind
 
 FORMAT = REHEARSAL_FORMAT
 

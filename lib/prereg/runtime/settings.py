@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from prereg import approval as approvals
-from prereg import hermetic, options, provenance, requirements
-from prereg.hashing import sha256_file
-from prereg.plans import Plan, load_plan
-from prereg.runs import RehearsalLayout, RunLayout, new_rehearsal_name, valid_run_id
+from prereg.base import provenance
+from prereg.base.hashing import sha256_file
+from prereg.decisions import approval as approvals
+from prereg.decisions import bindings as requirements
+from prereg.evidence import hermetic
+from prereg.kinds.plans import Plan, load_plan
+from prereg.records.runs import RehearsalLayout, RunLayout, new_rehearsal_name, valid_run_id
+from prereg.runtime import option_policy as options
 
 STAGE_OPTION = options.STAGE_OPTION
 RUN_ID_OPTION = "--run-id"
@@ -143,7 +146,7 @@ def add_options(parser: pytest.Parser) -> None:
         dest="prereg_checkout",
         default=None,
         metavar="PATH",
-        help=argparse.SUPPRESS,  # internal: a hermetic session's checkout (prereg.hermetic)
+        help=argparse.SUPPRESS,  # internal: a hermetic session's checkout (prereg.evidence.hermetic)
     )
     parser.addini("prereg_plans", type="linelist", help="plan files whose stages are known")
     parser.addini("prereg_research_paths", type="linelist", help="folders holding research stages")

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from prereg import eta
+from prereg.runtime import eta
 
 
 class TerminalOutput:
@@ -22,7 +22,7 @@ class TerminalOutput:
         ]
 
     def _announce_finished(self, entry: dict) -> None:
-        """One line per finished item with an ETA (:mod:`prereg.eta`), on the terminal
+        """One line per finished item with an ETA (:mod:`prereg.runtime.eta`), on the terminal
         (also under -n 2: the controller writes it) and in the run's progress log."""
         try:
             done = sum(1 for e in self.entries.values() if "outcome" in e)

@@ -12,9 +12,10 @@ from dataclasses import asdict
 
 import pytest
 
-from prereg import gate, manifest, remote
-from prereg.hashing import file_entries, sha256_file
-from prereg.runs import contained, item_dir_name
+from prereg.base.hashing import file_entries, sha256_file
+from prereg.decisions import gate, manifest
+from prereg.records.runs import contained, item_dir_name
+from prereg.runtime import remote
 from prereg.runtime.settings import PROPERTY, PROVED_CHECKOUT, PROVED_SNAPSHOT
 
 

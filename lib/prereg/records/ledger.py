@@ -1,0 +1,134 @@
+"""Spent run ids, single attempts and final manifests, recorded in git.
+
+A run's folder is git-ignored and can be moved, deleted or edited; its record in git
+cannot be changed without rewriting the repository's refs. When the gate passes, the
+controller creates, in one atomic ref transaction whose expected old value is *none*:
+
+- ``refs/prereg/runs/<run-id>/start``: a blob holding the bytes of ``start.json``;
+- ``refs/prereg/single-attempt/<stage>``: the same blob, for a single-attempt stage.
+
+So two simultaneous starts give one run (the loser's transaction fails and becomes a
+recorded refusal), and a moved run folder or a removed approval cannot buy a second
+run. At the end the controller records ``refs/prereg/runs/<run-id>/manifest`` (a blob
+of ``manifest.json``'s bytes) the same way. ``git push origin 'refs/prereg/*:refs/prereg/*'``
+fixes the record where others can see it; the audit compares the run folder with it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from prereg.base import gitrepo
+from prereg.base.gitrepo import GitError
+
+NAMESPACE = "refs/prereg"
+
+
+class AlreadyRecorded(RuntimeError):
+    """A ref that may be created once exists already (a spent run id, a used attempt)."""
+
+
+def start_ref(run_id: str) -> str:
+    return f"{NAMESPACE}/runs/{run_id}/start"
+
+
+def manifest_ref(run_id: str) -> str:
+    return f"{NAMESPACE}/runs/{run_id}/manifest"
+
+
+def attempt_ref(stage: str) -> str:
+    return f"{NAMESPACE}/single-attempt/{stage}"
+
+
+def _git(root: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess:
+    return gitrepo.run(root, *args, data=data, check=False)
+
+
+def _blob(root: Path, data: bytes) -> str:
+    done = _git(root, "hash-object", "-w", "--no-filters", "--stdin", data=data)
+    if done.returncode != 0:
+        raise GitError(f"git hash-object failed in {root}: {done.stderr.decode().strip()}")
+    oid = done.stdout.decode().strip()
+    if oid != gitrepo.object_id("blob", data, gitrepo.object_format(root)):
+        raise GitError(f"git hash-object in {root} named the record {oid}, not its blob id")
+    return oid
+
+
+def _create(root: Path, refs: list[str], data: bytes) -> None:
+    """Create every ref in ``refs`` pointing at a blob of ``data``, all or none."""
+    blob = _blob(root, data)
+    script = "".join(f"create {ref} {blob}\n" for ref in refs).encode()
+    done = _git(root, "update-ref", "--stdin", data=script)
+    if done.returncode != 0:
+        taken = [ref for ref in refs if read(root, ref) is not None]
+        if taken:
+            raise AlreadyRecorded(f"already recorded in git: {', '.join(taken)}")
+        raise GitError(f"git update-ref failed in {root}: {done.stderr.decode().strip()}")
+
+
+def read(root: Path, ref: str) -> bytes | None:
+    """The bytes of the blob ``ref`` points at, or None when the ref does not exist.
+
+    The bytes are checked against the id the ref names (replace refs are ignored), so a
+    rewritten object file or a ref moved onto another kind of object is a GitError."""
+    found = _git(Path(root), "show-ref", "--verify", "--hash", "--", ref)
+    if found.returncode != 0:
+        return None
+    oid = found.stdout.decode().strip()
+    try:
+        kind, data = gitrepo.read_object(Path(root), oid)
+    except GitError as err:
+        raise GitError(
+            f"{ref} names object {oid}, which cannot be read back intact ({err}); the "
+            "record in git was tampered with: restore it from a clone that has the ref"
+        ) from None
+    if kind != "blob":
+        raise GitError(
+            f"{ref} names a {kind} ({oid}), not the blob of a record; the record in git was "
+            "tampered with: restore the ref from a clone that has it"
+        )
+    return data
+
+
+def spend(
+    root: Path, run_id: str, start_record: bytes, *, single_attempt_stage: str | None
+) -> None:
+    """Record that ``run_id`` started (and used its stage's one attempt); atomic, once."""
+    refs = [start_ref(run_id)]
+    if single_attempt_stage is not None:
+        refs.append(attempt_ref(single_attempt_stage))
+    _create(Path(root), refs, start_record)
+
+
+def record_manifest(root: Path, run_id: str, manifest: bytes) -> None:
+    _create(Path(root), [manifest_ref(run_id)], manifest)
+
+
+def spent_run_ids(root: Path) -> list[str]:
+    """Every run id whose start git records (``refs/prereg/runs/<run-id>/start``)."""
+    done = _git(Path(root), "for-each-ref", "--format=%(refname)", f"{NAMESPACE}/runs/")
+    if done.returncode != 0:
+        return []
+    prefix, suffix = f"{NAMESPACE}/runs/", "/start"
+    return sorted(
+        ref[len(prefix) : -len(suffix)]
+        for ref in done.stdout.decode().split()
+        if ref.startswith(prefix) and ref.endswith(suffix)
+    )
+
+
+def is_spent(root: Path, run_id: str) -> bool:
+    return read(Path(root), start_ref(run_id)) is not None
+
+
+def attempt_run_id(root: Path, stage: str) -> str | None:
+    """The run id that used a single-attempt stage's attempt, or None."""
+    data = read(Path(root), attempt_ref(stage))
+    if data is None:
+        return None
+    try:
+        return json.loads(data)["run_id"]
+    except (ValueError, KeyError, TypeError):
+        return "(unreadable start record)"
