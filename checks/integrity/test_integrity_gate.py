@@ -393,6 +393,19 @@ def test_honest_facts_pass_every_condition():
         ({"spent_folder": True}, "run-id-unused", "start.json exists"),
         ({"single_attempt": True, "attempt_used_by": NEXT}, "single-attempt", NEXT),
         (
+            {"remote_ledgers": (ledger.RemoteLedger("origin", spent=True),)},
+            "run-id-unused",
+            "remote origin records its start",
+        ),
+        (
+            {
+                "single_attempt": True,
+                "remote_ledgers": (ledger.RemoteLedger("up", attempt_used=True),),
+            },
+            "single-attempt",
+            "remote up records that another run used it",
+        ),
+        (
             {"deviations_now": ({"field": "numpy", "pinned": "2.0.2", "actual": "2.4.6"},)},
             "environment",
             "numpy",

@@ -63,6 +63,7 @@ class Facts:
     spent_in_git: bool = False  # refs/prereg/runs/<run-id>/start exists
     single_attempt: bool = False
     attempt_used_by: str | None = None  # run id holding refs/prereg/single-attempt/<stage>
+    remote_ledgers: tuple = ()  # ledger.RemoteLedger of each git remote (() when none asked)
     other_approvals_of_stage: tuple[str, ...] = ()  # run ids (single-attempt check at approve)
     namespace_clash: tuple[str, ...] = ()  # other stages' approvals using this seed namespace
     deviations_now: tuple[dict, ...] = ()
@@ -246,6 +247,17 @@ def run_id_unused(f: Facts) -> list[Refusal]:
                 f"{ledger.start_ref(f.run_id)}): one approval, one run; no retry. Approve a new run id",
             )
         ]
+    spent_there = [r.remote for r in f.remote_ledgers if r.spent]
+    if spent_there:
+        return [
+            Refusal(
+                "run-id-unused",
+                f"run id {f.run_id} has been spent: remote {', '.join(spent_there)} records its "
+                f"start ({ledger.start_ref(f.run_id)}), which a clone does not fetch. One "
+                "approval, one run; no retry. Approve a new run id; to see that run's record "
+                f"here: git fetch {spent_there[0]} 'refs/prereg/*:refs/prereg/*'",
+            )
+        ]
     if f.spent_folder:
         return [
             Refusal(
@@ -268,6 +280,17 @@ def single_attempt(f: Facts) -> list[Refusal]:
                 f"stage {f.stage} allows a single attempt (no retry, extension or seed "
                 f"replacement) and git records that run {f.attempt_used_by} used it "
                 f"({ledger.attempt_ref(f.stage)})",
+            )
+        ]
+    used_there = [r.remote for r in f.remote_ledgers if r.attempt_used]
+    if used_there:
+        return [
+            Refusal(
+                "single-attempt",
+                f"stage {f.stage} allows a single attempt (no retry, extension or seed "
+                f"replacement) and remote {', '.join(used_there)} records that another run used "
+                f"it ({ledger.attempt_ref(f.stage)}); to see which: git fetch {used_there[0]} "
+                "'refs/prereg/*:refs/prereg/*'",
             )
         ]
     if f.other_approvals_of_stage:
@@ -502,6 +525,7 @@ def gather(
     snapshot=None,
     session_follows: bool = False,
     defer_kind_check: bool = False,
+    consult_remotes: bool = True,
 ) -> Gathered:
     """Read every fact the conditions need from the checkout, git and this process.
 
@@ -515,7 +539,9 @@ def gather(
     kind's own check (``StageKind.gate_check``: E04 loads its embedding model for it) again,
     before anything is spent; the launcher leaves them to it. ``defer_kind_check``: that
     kind's check is not run here but returned as :attr:`Gathered.kind_check`, for a session
-    to run while its workers start and to judge before it spends the run id."""
+    to run while its workers start and to judge before it spends the run id.
+    ``consult_remotes``: ask every git remote whether it records the run id or the stage's
+    single attempt (:func:`prereg.records.ledger.consult_remotes`)."""
     root = Path(root)
     record_rel = Path(record_path).relative_to(root).as_posix()
     head = gitrepo.head_commit(root)
@@ -595,6 +621,7 @@ def gather(
         spent_in_git=ledger.is_spent(root, run_id),
         single_attempt=bool(spec.get("single_attempt")),
         attempt_used_by=ledger.attempt_run_id(root, stage),
+        remote_ledgers=ledger.consult_remotes(root, run_id, stage) if consult_remotes else (),
         other_approvals_of_stage=tuple(
             a.run_id for a in approvals if a.stage == stage and a.run_id != run_id
         ),

@@ -60,7 +60,14 @@ def utc_now() -> str:
 
 
 def start_record(
-    *, stage: str, run_id: str, approval_path: Path, plan_sha256: str, started_at: str, root: Path
+    *,
+    stage: str,
+    run_id: str,
+    approval_path: Path,
+    plan_sha256: str,
+    started_at: str,
+    root: Path,
+    remote_ledgers: list[dict],
 ) -> dict:
     """What ``start.json`` holds; its canonical bytes are also recorded in git (:mod:`prereg.records.ledger`)."""
     return {
@@ -71,6 +78,7 @@ def start_record(
         "plan_sha256": plan_sha256,
         "approval_sha256": sha256_file(approval_path),
         "host": socket.gethostname(),
+        "remote_ledgers": remote_ledgers,
     }
 
 

@@ -10,14 +10,19 @@ controller creates, in one atomic ref transaction whose expected old value is *n
 So two simultaneous starts give one run (the loser's transaction fails and becomes a
 recorded refusal), and a moved run folder or a removed approval cannot buy a second
 run. At the end the controller records ``refs/prereg/runs/<run-id>/manifest`` (a blob
-of ``manifest.json``'s bytes) the same way. ``git push origin 'refs/prereg/*:refs/prereg/*'``
-fixes the record where others can see it; the audit compares the run folder with it.
+of ``manifest.json``'s bytes) the same way; the audit compares the run folder with it.
+
+``git clone`` does not copy ``refs/prereg/*``: the gate asks every git remote whether it
+records the run id or the stage's attempt (:func:`consult_remotes`), and a run pushes
+its refs to each remote that answered (:func:`publish`), so a clone cannot spend again an
+id its remote knows.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from prereg.base import gitrepo
@@ -132,3 +137,89 @@ def attempt_run_id(root: Path, stage: str) -> str | None:
         return json.loads(data)["run_id"]
     except (ValueError, KeyError, TypeError):
         return "(unreadable start record)"
+
+
+# How long one remote may take to answer before the gate goes on without it.
+REMOTE_SECONDS = 20
+# Settings of the repository's configuration that would run a program of its choosing when a
+# remote is asked (a local remote's upload-pack or receive-pack, ssh's command) or wait for
+# a password: fixed on the command line.
+REMOTE_SAFE_CONFIG = ("core.sshCommand=ssh -o BatchMode=yes",)
+REMOTE_PROGRAMS = ("--upload-pack=git-upload-pack", "--receive-pack=git-receive-pack")
+
+
+@dataclass(frozen=True)
+class RemoteLedger:
+    """What one git remote's ledger says of a run id and its stage (``git ls-remote``).
+
+    ``problem`` says why the remote could not be asked (None: it answered); ``spent``: it
+    records the run id's start; ``attempt_used``: it records that another run used the
+    stage's single attempt."""
+
+    remote: str
+    spent: bool = False
+    attempt_used: bool = False
+    problem: str | None = None
+
+    def record(self) -> dict:
+        """As ``start.json`` keeps it (``remote_ledgers``)."""
+        return {"remote": self.remote, "consulted": self.problem is None, "problem": self.problem}
+
+
+def remotes(root: Path) -> list[str]:
+    """The names of the repository's git remotes."""
+    return _git(Path(root), "remote").stdout.decode("utf-8", "replace").split()
+
+
+def _remote_git(
+    root: Path, remote: str, command: str, args: list[str], options: tuple[str, ...] = ()
+) -> tuple[str, str | None]:
+    """(output, None) of ``git command options -- <remote's url> args``, or ("", why it failed):
+    the url is the remote's (its push url for a push), its own program settings are not
+    used, no prompt, standard input closed, at most :data:`REMOTE_SECONDS`."""
+    url = _git(root, "remote", "get-url", *["--push"] * (command == "push"), "--", remote)
+    if url.returncode != 0:
+        return "", f"git remote get-url {remote} failed: {url.stderr.decode().strip()}"
+    program = REMOTE_PROGRAMS[command == "push"]
+    overrides = [part for setting in REMOTE_SAFE_CONFIG for part in ("-c", setting)]
+    line = [*overrides, command, program, *options, "--", url.stdout.decode().strip(), *args]
+    try:
+        done = subprocess.run(
+            gitrepo.command(root, *line),
+            capture_output=True,
+            env=gitrepo.environment(),
+            stdin=subprocess.DEVNULL,
+            timeout=REMOTE_SECONDS,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return "", f"it did not answer within {REMOTE_SECONDS} s"
+    if done.returncode != 0:
+        message = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return "", message[-1] if message else f"git {command} exited {done.returncode}"
+    return done.stdout.decode("utf-8", "replace"), None
+
+
+def consult_remotes(root: Path, run_id: str, stage: str) -> tuple[RemoteLedger, ...]:
+    """What every remote of the repository records of ``run_id`` and of ``stage``'s single
+    attempt: ``git clone`` does not fetch ``refs/prereg/*``, so a clone's own ledger does not
+    know a run id spent elsewhere."""
+    start, attempt = start_ref(run_id), attempt_ref(stage)
+    found = []
+    for remote in remotes(root):
+        out, problem = _remote_git(Path(root), remote, "ls-remote", [start, attempt])
+        if problem is not None:
+            found.append(RemoteLedger(remote, problem=problem))
+            continue
+        listed = {ref: oid for oid, _, ref in (line.partition("\t") for line in out.splitlines())}
+        used = attempt in listed and listed[attempt] != listed.get(start)
+        found.append(RemoteLedger(remote, spent=start in listed, attempt_used=used))
+    return tuple(found)
+
+
+def publish(root: Path, remote: str, refs: list[str]) -> str | None:
+    """Push ``refs`` to ``remote``, creating them there (git never moves a remote ref that
+    names a blob without force, so a ref the remote holds already stays); why it failed, or
+    None."""
+    refspecs = [f"{ref}:{ref}" for ref in refs]
+    return _remote_git(Path(root), remote, "push", refspecs, ("--quiet", "--no-verify"))[1]

@@ -85,6 +85,7 @@ class Controller(XdistBridge, TerminalOutput):
         self.approval: approvals.Approval | None = None  # loaded by the gate
         self.kind: StageKind | None = None  # the stage's kind, once the gate has passed
         self.execution: dict | None = None  # the execution record the gate judged
+        self.remote_ledgers: tuple = ()  # what each git remote's ledger said at the gate
         self.started_at: str | None = None  # the spend: its UTC time
         self.saved_handlers: dict = {}  # the signal handlers to restore at the end
         self.reserve: Path | None = None  # disk space held back for the manifest
@@ -111,6 +112,7 @@ class Controller(XdistBridge, TerminalOutput):
         )
 
         self.environment = gathered.environment
+        self.remote_ledgers = gathered.facts.remote_ledgers
         self.plan = gathered.plan
         spec = self.plan.stage(settings.stage)
         self.kind = load_kind(spec["kind"])
@@ -173,6 +175,7 @@ class Controller(XdistBridge, TerminalOutput):
             plan_sha256=record.data["plan"]["sha256"],
             started_at=started_at,
             root=self.root,
+            remote_ledgers=[remote.record() for remote in self.remote_ledgers],
         )
         single = self.plan.stage(settings.stage)["single_attempt"]
         try:
@@ -201,6 +204,9 @@ class Controller(XdistBridge, TerminalOutput):
                 "`prereg audit` names it. Free the disk or fix the permissions, then approve "
                 "a new run id"
             ) from None
+        self._publish(
+            [ledger.start_ref(record.run_id)] + [ledger.attempt_ref(settings.stage)] * single
+        )
         self.started = time.time()
         self.started_at = started_at
         progress = self.layout.progress_log
@@ -292,6 +298,7 @@ class Controller(XdistBridge, TerminalOutput):
         if data is not None:
             try:
                 ledger.record_manifest(self.root, self.settings.run_id, data)
+                self._publish([ledger.manifest_ref(self.settings.run_id)])
             except Exception as err:  # noqa: BLE001 -- the manifest file stays; the audit sees no ref
                 self.finish_notes.append(
                     f"the manifest's SHA-256 could not be recorded in git "
@@ -301,6 +308,19 @@ class Controller(XdistBridge, TerminalOutput):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if data is None:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+    def _publish(self, refs: list[str]) -> None:
+        """Push ``refs`` to every remote the gate asked, so a clone of it sees the record; a
+        remote that could not be asked or taken is named at the end (git here keeps the
+        record, and ``start.json`` says which remotes were asked)."""
+        for remote in self.remote_ledgers:
+            problem = remote.problem or ledger.publish(self.root, remote.remote, refs)
+            if problem is not None:
+                self.finish_notes.append(
+                    f"remote {remote.remote} does not record {', '.join(refs)} ({problem}); "
+                    f"push the record when it can: git push {remote.remote} "
+                    "'refs/prereg/*:refs/prereg/*'"
+                )
 
     def _items(self) -> list[dict]:
         """Every item of the stage with its outcome, and the hashes of every item folder."""

@@ -203,7 +203,7 @@ def prove(
         )
     else:
         record = read_json(record_path, what="approval record")
-        facts = gate.gather(top, record, record_path, stage=stage).facts
+        facts = gate.gather(top, record, record_path, stage=stage, consult_remotes=False).facts
         # The gateway's __main__ is execnet's bootstrap (ssh, popen: code on the command line).
         bootstrap = set(execution._main_problems())
         found = [p for p in facts.execution_problems if p not in bootstrap]

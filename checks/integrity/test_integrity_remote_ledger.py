@@ -1,0 +1,154 @@
+"""Spent run ids survive a clone: ``git clone`` does not fetch ``refs/prereg/*``, so the gate
+asks every remote of the repository whether it records the run id (or the stage's single
+attempt) before a run spends it, and a run pushes its spend to the remotes it consulted.
+A remote that cannot be reached refuses nothing, and the start record says so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from prereg.records import ledger
+from prereg.testing import ScratchProject
+from support.toy import make_toy_repo, stage_spec
+
+RUN = "toy-20261130-001"
+NEXT = "toy-20261130-002"
+USAGE_ERROR = 4
+
+
+def _bare_origin(toy, folder: Path) -> Path:
+    subprocess.run(["git", "init", "-q", "--bare", str(folder)], check=True)
+    toy.git("remote", "add", "origin", str(folder))
+    toy.git("push", "-q", "origin", "HEAD:refs/heads/main")
+    return folder
+
+
+def _clone(origin: Path, folder: Path) -> ScratchProject:
+    subprocess.run(["git", "clone", "-q", "-b", "main", str(origin), str(folder)], check=True)
+    clone = ScratchProject(folder)
+    clone.git("config", "user.email", "c@example.org")
+    clone.git("config", "user.name", "Collaborator")
+    return clone
+
+
+def _remote_refs(origin: Path) -> list[str]:
+    done = subprocess.run(
+        ["git", "-C", str(origin), "for-each-ref", "--format=%(refname)", "refs/prereg/"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.split()
+
+
+def _git(folder: Path, *args: str, data: str | None = None) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(folder), *args], input=data, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+# What a remote holds, as (ref, the record's text); the same text is the same blob.
+START, OTHER_START = ledger.start_ref(RUN), ledger.start_ref(NEXT)
+ATTEMPT = ledger.attempt_ref("toy")
+
+
+@pytest.mark.parametrize(
+    ("held", "spent", "attempt_used"),
+    [
+        ((), False, False),
+        (((START, "run"),), True, False),
+        (((START, "run"), (ATTEMPT, "run")), True, False),
+        (((OTHER_START, "next"), (ATTEMPT, "next")), False, True),
+        (((OTHER_START, "next"),), False, False),
+    ],
+)
+def test_each_remote_is_asked_for_the_run_ids_start_and_the_stages_attempt(
+    tmp_path, held, spent, attempt_used
+):
+    here, origin, other = tmp_path / "here", tmp_path / "origin.git", tmp_path / "other.git"
+    _git(tmp_path, "init", "-q", str(here))
+    for remote in (origin, other):
+        _git(tmp_path, "init", "-q", "--bare", str(remote))
+        _git(here, "remote", "add", remote.stem, str(remote))
+    for ref, text in held:
+        _git(origin, "update-ref", ref, _git(origin, "hash-object", "-w", "--stdin", data=text))
+    _git(here, "remote", "add", "gone", str(tmp_path / "gone.git"))
+    found = {r.remote: r for r in ledger.consult_remotes(here, RUN, "toy")}
+    assert set(found) == {"origin", "other", "gone"}
+    assert (found["origin"].spent, found["origin"].attempt_used) == (spent, attempt_used)
+    assert found["origin"].problem is None and found["other"] == ledger.RemoteLedger("other")
+    assert found["gone"].problem and not found["gone"].spent
+    assert found["gone"].record() == {
+        "remote": "gone",
+        "consulted": False,
+        "problem": found["gone"].problem,
+    }
+
+
+def _spent_and_pushed(tmp_path, **spec) -> tuple:
+    """A toy project with a bare remote ``origin``, its stage run once (spent, pushed)."""
+    toy = make_toy_repo(tmp_path / "study", {"toy": stage_spec("toy", **spec)})
+    origin = _bare_origin(toy, tmp_path / "origin.git")
+    toy.approve("toy", RUN)
+    toy.git("push", "-q", "origin", "HEAD:refs/heads/main")
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return toy, origin
+
+
+def test_a_run_pushes_its_spend_and_a_clone_cannot_rerun_the_spent_id(tmp_path):
+    toy, origin = _spent_and_pushed(tmp_path)
+    start = json.loads(toy.layout(RUN).start.read_text())
+    assert start["remote_ledgers"] == [{"remote": "origin", "consulted": True, "problem": None}]
+    assert {ledger.start_ref(RUN), ledger.manifest_ref(RUN)} <= set(_remote_refs(origin))
+    clone = _clone(origin, tmp_path / "clone")
+    assert ledger.spent_run_ids(clone.root) == []  # git clone does not copy refs/prereg/*
+    again = clone.pytest("--research-stage=toy")
+    output = again.stdout + again.stderr
+    assert again.returncode == USAGE_ERROR, output
+    assert "[run-id-unused]" in output and "remote origin records its start" in output, output
+    assert not ledger.is_spent(clone.root, RUN) and not clone.run_dir(RUN).exists()
+    assert toy.audit(RUN).returncode == 0
+
+
+def test_a_clone_cannot_take_a_single_attempt_its_remote_records(tmp_path):
+    _, origin = _spent_and_pushed(tmp_path, single_attempt=True)
+    assert ledger.attempt_ref("toy") in _remote_refs(origin)
+    clone = _clone(origin, tmp_path / "clone")
+    clone.git("rm", "-q", f"plans/approvals/{RUN}.json")
+    clone.commit("Forget the first attempt")
+    approve = clone.prereg("approve", "--stage", "toy", "--run-id", NEXT, "--accept-deviations")
+    assert approve.returncode == 2, approve.stdout + approve.stderr
+    assert "[single-attempt]" in approve.stderr and "remote origin records" in approve.stderr
+    assert not (clone.root / "plans" / "approvals" / f"{NEXT}.json").exists()
+
+
+def test_an_unreachable_remote_refuses_nothing_and_the_run_says_so(tmp_path):
+    toy = make_toy_repo(tmp_path / "study")
+    toy.git("remote", "add", "origin", str(tmp_path / "gone.git"))
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (asked,) = json.loads(toy.layout(RUN).start.read_text())["remote_ledgers"]
+    assert asked["remote"] == "origin" and not asked["consulted"] and asked["problem"], asked
+    assert "remote origin does not record" in done.stdout, done.stdout
+    assert "git push origin 'refs/prereg/*:refs/prereg/*'" in done.stdout
+    assert toy.audit(RUN).returncode == 0
+
+
+def test_a_remotes_own_program_settings_run_nothing(tmp_path):
+    toy = make_toy_repo(tmp_path / "study")
+    origin = _bare_origin(toy, tmp_path / "origin.git")
+    marker = tmp_path / "ran"
+    for setting in ("uploadpack", "receivepack"):
+        toy.git("config", f"remote.origin.{setting}", f"touch {marker}; git-{setting[:-4]}-pack")
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not marker.exists()
+    assert ledger.start_ref(RUN) in _remote_refs(origin)
