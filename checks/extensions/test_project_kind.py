@@ -171,9 +171,14 @@ def test_a_variable_the_kinds_gate_check_sets_is_refused_before_spending(tmp_pat
     assert not ledger.is_spent(toy.root, RUN) and not toy.run_dir(RUN).exists()
 
 
-def test_ctrl_c_while_the_kinds_gate_check_runs_spends_nothing(tmp_path):
+# -n 2: the check runs while the session starts its workers (pytest then ends the session
+# without its sessionfinish hooks); serially it is waited for once the items are collected,
+# after the session started (pytest then writes the junit report, unless prereg drops it).
+@pytest.mark.parametrize("workers", [("-n", "2"), ()], ids=["two-workers", "serial"])
+def test_ctrl_c_while_the_kinds_gate_check_runs_spends_nothing(tmp_path, workers):
     """The kind's own check runs in a thread beside the workers' start; Ctrl-C while it
-    runs (here it would wait ten minutes) ends the session, and nothing is spent."""
+    runs (here it would wait ten minutes) ends the session, nothing is spent, the run folder
+    is not made and the terminal says so."""
     import os
     import signal
     import subprocess
@@ -208,8 +213,7 @@ def test_ctrl_c_while_the_kinds_gate_check_runs_spends_nothing(tmp_path):
             "-p",
             "no:cacheprovider",
             "--research-stage=toy",
-            "-n",
-            "2",
+            *workers,
         ],
         cwd=toy.root,
         stdout=subprocess.PIPE,
@@ -229,4 +233,6 @@ def test_ctrl_c_while_the_kinds_gate_check_runs_spends_nothing(tmp_path):
         if session.poll() is None:
             session.kill()
     assert session.returncode != 0, out
-    assert not ledger.is_spent(toy.root, RUN) and not (toy.run_dir(RUN) / "start.json").exists()
+    # No stray runs/<run-id>/ (a junit.xml there would block the next attempt): the id is free.
+    assert not ledger.is_spent(toy.root, RUN) and not toy.run_dir(RUN).exists(), out
+    assert f"run {RUN} interrupted before its run id was spent: nothing spent" in out, out

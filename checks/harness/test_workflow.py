@@ -322,3 +322,11 @@ def test_approve_refuses_a_stage_module_no_run_would_collect(tmp_path, module, m
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert f"stages.toy.module {module!r} {message}" in refused.stderr, refused.stderr
     assert not (toy.root / "plans" / "approvals" / f"{MODULE_RUN_ID}.json").exists()
+
+
+def test_approve_of_an_unknown_stage_lists_the_stages_and_the_closest_name(tmp_path):
+    toy = make_toy_repo(tmp_path / "toy", {s: stage_spec(s) for s in ("toy", "after")})
+    done = toy.prereg("approve", "--stage", "tyo", "--accept-deviations")
+    assert done.returncode != 0
+    assert "has a stage 'tyo'; did you mean 'toy'? The stages are: after, toy." in done.stderr
+    assert list((toy.root / "plans" / "approvals").glob("*.json")) == []

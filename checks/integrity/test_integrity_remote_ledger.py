@@ -113,6 +113,10 @@ def test_a_run_pushes_its_spend_and_a_clone_cannot_rerun_the_spent_id(tmp_path):
     assert again.returncode == USAGE_ERROR, output
     assert "[run-id-unused]" in output and "remote origin records its start" in output, output
     assert not ledger.is_spent(clone.root, RUN) and not clone.run_dir(RUN).exists()
+    status = json.loads(clone.prereg("status", "--json", check=True).stdout)
+    (stage,) = status["stages"]
+    assert stage["unspent_approvals"] == [], stage
+    assert any(f"{RUN} is spent: remote origin records its start" in p for p in status["problems"])
     assert toy.audit(RUN).returncode == 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import signal
@@ -155,11 +156,18 @@ def _default_plan(root: Path, stage: str) -> Path:
     from prereg.kinds.plans import load_plan
     from prereg.kinds.stages import ini_list
 
+    known: dict[str, str] = {}  # stage -> the first plan naming it
     for rel in ini_list(root, "prereg_plans"):
-        if stage in load_plan(root / rel).stages:
-            return Path(rel)
+        for name in load_plan(root / rel).stages:
+            known.setdefault(name, rel)
+    if stage in known:
+        return Path(known[stage])
+    close = difflib.get_close_matches(stage, known, n=1)
     raise SystemExit(
-        f"prereg approve: no plan in pytest.ini's prereg_plans has a stage {stage!r}; pass --plan"
+        f"prereg approve: no plan in pytest.ini's prereg_plans has a stage {stage!r}"
+        + (f"; did you mean {close[0]!r}?" if close else "")
+        + (f" The stages are: {', '.join(sorted(known))}." if known else " It names no stage.")
+        + " A plan that pytest.ini does not list: pass --plan PATH"
     )
 
 

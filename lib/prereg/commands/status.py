@@ -74,6 +74,7 @@ def project_status(root: Path, today: date | str | None = None) -> dict:
             problems.append(f"{path.relative_to(root)} is not a valid approval record: {err}")
     runs = [r for r in all_runs(root) if valid_run_id(r.run_id)]
     spent = set(ledger.spent_run_ids(root))
+    spent |= _spent_on_remotes(root, {a.run_id for a in approvals} - spent, problems)
     for stage in [a.stage for a in approvals] + [r.stage for r in runs if r.stage]:
         stages.setdefault(stage, None)
 
@@ -143,6 +144,30 @@ def project_status(root: Path, today: date | str | None = None) -> dict:
             }
         )
     return {"stages": listed, "problems": problems}
+
+
+def _spent_on_remotes(root: Path, unspent: set[str], problems: list[str]) -> set[str]:
+    """Which of the approvals ``unspent`` here a git remote records as spent (``git clone``
+    does not copy ``refs/prereg/*``); each is a problem line, as is a remote that could not
+    be asked. No remote is asked when every approval is spent here."""
+    if not unspent:
+        return set()
+    found: set[str] = set()
+    for remote, spent in ledger.remote_spent_run_ids(root).items():
+        if isinstance(spent, str):
+            problems.append(
+                f"remote {remote} could not be asked which run ids it records as spent ({spent}): "
+                "an approval listed as unspent may have run in another clone"
+            )
+            continue
+        for run_id in sorted(unspent & set(spent)):
+            found.add(run_id)
+            problems.append(
+                f"{run_id} is spent: remote {remote} records its start, which this clone has "
+                f"not fetched (git fetch {remote} 'refs/prereg/*:refs/prereg/*'); the gate "
+                "refuses it here too"
+            )
+    return found
 
 
 def render(status: dict) -> list[str]:

@@ -116,10 +116,15 @@ def spent_run_ids(root: Path) -> list[str]:
     done = _git(Path(root), "for-each-ref", "--format=%(refname)", f"{NAMESPACE}/runs/")
     if done.returncode != 0:
         return []
+    return _started(done.stdout.decode().split())
+
+
+def _started(refs) -> list[str]:
+    """The run ids of the start refs among the ref names ``refs``."""
     prefix, suffix = f"{NAMESPACE}/runs/", "/start"
     return sorted(
         ref[len(prefix) : -len(suffix)]
-        for ref in done.stdout.decode().split()
+        for ref in refs
         if ref.startswith(prefix) and ref.endswith(suffix)
     )
 
@@ -207,14 +212,30 @@ def consult_remotes(root: Path, run_id: str, stage: str) -> tuple[RemoteLedger, 
     start, attempt = start_ref(run_id), attempt_ref(stage)
     found = []
     for remote in remotes(root):
-        out, problem = _remote_git(Path(root), remote, "ls-remote", [start, attempt])
+        listed, problem = _listed(Path(root), remote, [start, attempt])
         if problem is not None:
             found.append(RemoteLedger(remote, problem=problem))
             continue
-        listed = {ref: oid for oid, _, ref in (line.partition("\t") for line in out.splitlines())}
         used = attempt in listed and listed[attempt] != listed.get(start)
         found.append(RemoteLedger(remote, spent=start in listed, attempt_used=used))
     return tuple(found)
+
+
+def remote_spent_run_ids(root: Path) -> dict[str, list[str] | str]:
+    """Each remote -> the run ids whose start it records, or why it could not be asked."""
+    found: dict[str, list[str] | str] = {}
+    for remote in remotes(root):
+        listed, problem = _listed(Path(root), remote, [f"{NAMESPACE}/runs/*"])
+        found[remote] = problem if problem is not None else _started(listed)
+    return found
+
+
+def _listed(root: Path, remote: str, patterns: list[str]) -> tuple[dict[str, str], str | None]:
+    """({ref: object id} of the refs matching ``patterns`` on ``remote``, None), or ({}, why
+    it could not be asked)."""
+    out, problem = _remote_git(root, remote, "ls-remote", patterns)
+    lines = (line.partition("\t") for line in out.splitlines())
+    return {ref: oid for oid, _, ref in lines}, problem
 
 
 def publish(root: Path, remote: str, refs: list[str]) -> str | None:

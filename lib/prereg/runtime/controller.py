@@ -6,6 +6,7 @@ its terminal output :class:`prereg.runtime.terminal.TerminalOutput`."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import traceback
@@ -268,6 +269,8 @@ class Controller(XdistBridge, TerminalOutput):
             if self.started:
                 manifest.release_space(self.reserve)  # for junit.xml, manifest
                 self._drain_xdist_events(session)  # before junit.xml is written
+            else:  # ended before the spend: a junit.xml would make runs/<run-id>/ and block
+                _drop_junit_report(self.config)  # the next attempt at this free run id
             try:
                 result = yield
             except BaseException as err:  # noqa: BLE001 -- re-raised once the manifest is written
@@ -285,6 +288,8 @@ class Controller(XdistBridge, TerminalOutput):
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.listing is not None:
             self.listing.discard()
+        if self.interrupted and not self.started:
+            self.say_nothing_spent()
 
     def _finish(self, session: pytest.Session, failure: BaseException | None) -> None:
         """The final manifest, or a minimal ``incomplete`` one if it fails; then its git record."""
@@ -560,6 +565,9 @@ def _drop_junit_report(config: pytest.Config) -> None:
     if xml is not None:  # as pytest's own junitxml unconfigure does
         del config.stash[xml_key]
         config.pluginmanager.unregister(xml)
+        # A hook call already under way (the session's end) still calls the report's writer:
+        # it writes nowhere, and says so.
+        xml.logfile = os.devnull
 
 
 def _plugin_names(config: pytest.Config) -> dict[str, list[str]]:

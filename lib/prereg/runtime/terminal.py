@@ -13,7 +13,8 @@ from prereg.runtime import eta
 class TerminalOutput:
     """The controller's terminal hooks. The controller provides ``config``, ``settings``,
     ``layout``, ``root``, ``run_dir``, ``entries``, ``expected``, ``started`` and, once the
-    manifest is written, ``status`` and ``finish_notes``."""
+    manifest is written, ``status`` and ``finish_notes``; ``interrupted`` once a Ctrl-C or
+    signal came."""
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         log = self.layout.progress_log.relative_to(self.root)
@@ -43,6 +44,17 @@ class TerminalOutput:
             eta.append(self.layout.progress_log, line)
         except Exception:  # noqa: BLE001, S110 -- a progress line never costs the run
             pass
+
+    def say_nothing_spent(self) -> None:
+        """Say that an interrupted session spent nothing (pytest gives a session interrupted
+        while it starts no terminal summary, so this is said when it unconfigures)."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_sep(
+                "=",
+                f"prereg: run {self.settings.run_id} interrupted before its run id was spent: "
+                "nothing spent; run it again with the same approval",
+            )
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.started:
