@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from prereg.records import ledger
 from prereg.testing import ScratchProject
@@ -81,10 +83,12 @@ def test_each_remote_is_asked_for_the_run_ids_start_and_the_stages_attempt(
     found = {r.remote: r for r in ledger.consult_remotes(here, RUN, "toy")}
     assert set(found) == {"origin", "other", "gone"}
     assert (found["origin"].spent, found["origin"].attempt_used) == (spent, attempt_used)
-    assert found["origin"].problem is None and found["other"] == ledger.RemoteLedger("other")
+    assert found["origin"].problem is None and found["origin"].url == str(origin)
+    assert found["other"] == ledger.RemoteLedger("other", str(other))
     assert found["gone"].problem and not found["gone"].spent
     assert found["gone"].record() == {
         "remote": "gone",
+        "url": str(tmp_path / "gone.git"),
         "consulted": False,
         "problem": found["gone"].problem,
     }
@@ -104,7 +108,9 @@ def _spent_and_pushed(tmp_path, **spec) -> tuple:
 def test_a_run_pushes_its_spend_and_a_clone_cannot_rerun_the_spent_id(tmp_path):
     toy, origin = _spent_and_pushed(tmp_path)
     start = json.loads(toy.layout(RUN).start.read_text())
-    assert start["remote_ledgers"] == [{"remote": "origin", "consulted": True, "problem": None}]
+    assert start["remote_ledgers"] == [
+        {"remote": "origin", "url": str(origin), "consulted": True, "problem": None}
+    ]
     assert {ledger.start_ref(RUN), ledger.manifest_ref(RUN)} <= set(_remote_refs(origin))
     clone = _clone(origin, tmp_path / "clone")
     assert ledger.spent_run_ids(clone.root) == []  # git clone does not copy refs/prereg/*
@@ -156,3 +162,29 @@ def test_a_remotes_own_program_settings_run_nothing(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert not marker.exists()
     assert ledger.start_ref(RUN) in _remote_refs(origin)
+
+
+def test_the_demos_clone_has_no_remote_so_its_runs_stay_out_of_the_projects_ledger(tmp_path):
+    """prereg demo clones the project and runs its stages there under the run ids a real
+    run of the day takes: with the project as its remote, they would be refused for ids the
+    project spent, or push their spends into the project's ledger."""
+    from prereg.commands.demo import run_demo
+
+    toy = make_toy_repo(tmp_path / "study")
+    assert run_demo(toy.root, steps=[]) == 0
+    (clone,) = (toy.root / "demo-output").glob("*/repo")
+    assert _git(clone, "remote") == ""
+
+
+@given(
+    scheme=st.sampled_from(["https", "http", "ssh", "git+ssh"]),
+    user=st.text(alphabet="abcXYZ019._-", min_size=1, max_size=8),
+    secret=st.text(alphabet="abcXYZ019._-~!$", min_size=1, max_size=12),
+    path=st.text(alphabet="abc/._-", max_size=12),
+)
+def test_a_recorded_url_never_holds_the_userinfo_it_was_given(scheme, user, secret, path):
+    url = f"{scheme}://{user}:{secret}@example.org/{path}"
+    assert ledger.shown_url(url) == f"{scheme}://example.org/{path}"
+    plain = f"{scheme}://example.org/{path}"
+    assert ledger.shown_url(plain) == plain  # nothing to remove
+    assert ledger.shown_url(f"git@example.org:{path}") == f"git@example.org:{path}"  # scp-like

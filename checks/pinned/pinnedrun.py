@@ -30,6 +30,7 @@ def clone(base: Path, plan: dict | None = None, plan_path: str | None = None) ->
     root = base / "repo"
     env = dict(os.environ)
     _run(["git", "clone", "--quiet", str(REPO), str(root)], base, env)
+    _run(["git", "remote", "remove", "origin"], root, env)  # its runs never reach REPO's ledger
     _run(["git", "config", "user.name", "pinned check"], root, env)
     _run(["git", "config", "user.email", "check@prereg.invalid"], root, env)
     if plan is not None and plan_path is not None:

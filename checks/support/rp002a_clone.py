@@ -63,6 +63,7 @@ def tiny_plan(**eligibility) -> dict:
 def scratch_clone(base: Path, plan: dict) -> Path:
     clone = base / "repo"
     gitrepo.git(CHECKOUT, "clone", "--quiet", str(CHECKOUT), str(clone))
+    gitrepo.git(clone, "remote", "remove", "origin")  # its runs never reach the checkout's ledger
     gitrepo.git(clone, "config", "user.name", "pipeline check")
     gitrepo.git(clone, "config", "user.email", "check@prereg.invalid")
     (clone / TINY).write_text(json.dumps(plan, indent=2) + "\n")

@@ -1,6 +1,7 @@
 """``prereg demo``: every stage end to end at demo scale, through the real gate.
 
-The committed HEAD is cloned into ``demo-output/<time>/repo``; there each stage is
+The committed HEAD is cloned into ``demo-output/<time>/repo`` (with no remote: its runs
+never reach the project's ledger, :mod:`prereg.records.ledger`); there each stage is
 approved with its demo plan (``plans/demo/``), the approval committed, the stage run with
 pytest through the gate, and the run audited. The clone's own ``lib/`` is put first on
 ``PYTHONPATH`` so the code that runs is the code that was approved. The stages and their
@@ -47,6 +48,9 @@ def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = N
     clone = out / "repo"
     out.mkdir(parents=True)
     gitrepo.git(root, "clone", "--quiet", str(root), str(clone))
+    # The demo's runs are not the project's: with no remote they neither ask the project's
+    # ledger about their run ids nor push their spends into it.
+    gitrepo.git(clone, "remote", "remove", "origin")
     gitrepo.git(clone, "config", "user.name", "prereg demo")
     gitrepo.git(clone, "config", "user.email", "demo@prereg.invalid")
     env = dict(os.environ)

@@ -21,6 +21,7 @@ id its remote knows.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,13 +163,19 @@ class RemoteLedger:
     stage's single attempt."""
 
     remote: str
+    url: str = ""  # without a password or token it may hold
     spent: bool = False
     attempt_used: bool = False
     problem: str | None = None
 
     def record(self) -> dict:
         """As ``start.json`` keeps it (``remote_ledgers``)."""
-        return {"remote": self.remote, "consulted": self.problem is None, "problem": self.problem}
+        return {
+            "remote": self.remote,
+            "url": self.url,
+            "consulted": self.problem is None,
+            "problem": self.problem,
+        }
 
 
 def remotes(root: Path) -> list[str]:
@@ -176,23 +183,35 @@ def remotes(root: Path) -> list[str]:
     return _git(Path(root), "remote").stdout.decode("utf-8", "replace").split()
 
 
+def remote_url(root: Path, remote: str, *, push: bool = False) -> str | None:
+    """The url of ``remote`` (its push url), or None when git cannot name it."""
+    done = _git(Path(root), "remote", "get-url", *["--push"] * push, "--", remote)
+    return done.stdout.decode("utf-8", "replace").strip() if done.returncode == 0 else None
+
+
+def shown_url(url: str) -> str:
+    """``url`` without the password or token a ``scheme://user:secret@host`` url holds."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1", url)
+
+
 def _remote_git(
     root: Path, remote: str, command: str, args: list[str], options: tuple[str, ...] = ()
 ) -> tuple[str, str | None]:
     """(output, None) of ``git command options -- <remote's url> args``, or ("", why it failed):
-    the url is the remote's (its push url for a push), its own program settings are not
-    used, no prompt, standard input closed, at most :data:`REMOTE_SECONDS`."""
-    url = _git(root, "remote", "get-url", *["--push"] * (command == "push"), "--", remote)
-    if url.returncode != 0:
-        return "", f"git remote get-url {remote} failed: {url.stderr.decode().strip()}"
+    the url is the remote's (its push url for a push); the user's own git configuration
+    applies (credential helpers), the remote's program settings do not; no prompt,
+    standard input closed, at most :data:`REMOTE_SECONDS`."""
+    url = remote_url(root, remote, push=command == "push")
+    if url is None:
+        return "", f"git cannot name the url of remote {remote}"
     program = REMOTE_PROGRAMS[command == "push"]
     overrides = [part for setting in REMOTE_SAFE_CONFIG for part in ("-c", setting)]
-    line = [*overrides, command, program, *options, "--", url.stdout.decode().strip(), *args]
+    line = [*overrides, command, program, *options, "--", url, *args]
     try:
         done = subprocess.run(
             gitrepo.command(root, *line),
             capture_output=True,
-            env=gitrepo.environment(),
+            env=gitrepo.environment(user_config=True),
             stdin=subprocess.DEVNULL,
             timeout=REMOTE_SECONDS,
             check=False,
@@ -212,12 +231,13 @@ def consult_remotes(root: Path, run_id: str, stage: str) -> tuple[RemoteLedger, 
     start, attempt = start_ref(run_id), attempt_ref(stage)
     found = []
     for remote in remotes(root):
+        url = shown_url(remote_url(root, remote) or "")
         listed, problem = _listed(Path(root), remote, [start, attempt])
         if problem is not None:
-            found.append(RemoteLedger(remote, problem=problem))
+            found.append(RemoteLedger(remote, url, problem=problem))
             continue
         used = attempt in listed and listed[attempt] != listed.get(start)
-        found.append(RemoteLedger(remote, spent=start in listed, attempt_used=used))
+        found.append(RemoteLedger(remote, url, spent=start in listed, attempt_used=used))
     return tuple(found)
 
 
