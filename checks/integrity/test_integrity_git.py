@@ -461,3 +461,38 @@ def test_a_replace_ref_is_refused_at_the_gate_and_found_by_the_audit(tmp_path):
     toy.git("replace", head, parent)
     audit = toy.audit(RUN)
     assert audit.returncode == 1 and "history cannot be trusted" in audit.stdout, audit.stdout
+
+
+def test_a_run_stays_auditable_after_its_branch_is_deleted_and_git_collects_garbage(tmp_path):
+    """A squash-merge workflow deletes the branch a run was approved on; git gc then drops
+    the source commit unless something keeps it: the ledger pins it per run."""
+    from support.toy import make_toy_repo
+
+    toy = make_toy_repo(tmp_path / "toy")
+    main = toy.git("rev-parse", "--abbrev-ref", "HEAD").strip()
+    toy.git("checkout", "-q", "-b", "experiment")
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    source = toy.manifest(RUN)["source_commit"]
+    assert ledger.pinned_source(toy.root, RUN) == source
+    toy.git("checkout", "-q", main)
+    toy.git("branch", "-q", "-D", "experiment")
+    toy.git("reflog", "expire", "--expire=now", "--all")
+    toy.git("gc", "-q", "--prune=now")
+    assert toy.git("cat-file", "-t", source).strip() == "commit"
+    audit = toy.audit(RUN)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_a_pinned_source_that_is_not_the_runs_is_a_finding(tmp_path):
+    from support.toy import make_toy_repo
+
+    toy = make_toy_repo(tmp_path / "toy")
+    toy.approve("toy", RUN)
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    other = toy.git("rev-parse", "HEAD~1").strip()
+    toy.git("update-ref", ledger.source_ref(RUN), other)
+    audit = toy.audit(RUN)
+    assert audit.returncode == 1, audit.stdout + audit.stderr
+    assert f"git pins commit {other} as the run's source" in audit.stdout, audit.stdout

@@ -264,6 +264,7 @@ class Evidence:
     refs_checked: bool = False  # this is the repository the run was made in
     records: Mapping[str, Read] = field(default_factory=dict)  # ref -> the record git holds
     attempt_holder: str | None = None  # the run id git records as a stage's single attempt
+    pinned_source: str | None = None  # the commit git pins for the run (None: no such ref)
     # SHA-256 at the source commit of the relative files the execution record's plugins name
     # (a value None: no such file there; the mapping None: not read)
     committed_sha256: Mapping[str, str | None] | None = None
@@ -526,6 +527,7 @@ def _read_ledger(ev: Evidence) -> dict:
         return got  # not the repository the run was made in
     got["refs_checked"] = True
     ask(ledger.manifest_ref(run_id))
+    got["pinned_source"] = ledger.pinned_source(ev.root, run_id)
     stage = _single_attempt_stage(ev)
     if stage is not None:
         recorded = ask(ledger.attempt_ref(stage))
@@ -1206,7 +1208,8 @@ def check_records_intact(ev: Evidence) -> list[str]:
 
 
 def check_refs(ev: Evidence) -> list[str]:
-    """start.json and manifest.json are, byte for byte, the records git holds of them."""
+    """start.json and manifest.json are, byte for byte, the records git holds of them, and
+    the source commit git pins for the run (if it pins one) is the one they name."""
     run_id = ev.run_id
     if not ev.refs_checked or run_id is None:
         return []
@@ -1229,6 +1232,11 @@ def check_refs(ev: Evidence) -> list[str]:
             found.append(
                 f"{name} differs from its record in git ({ref}): it was changed after it was written"
             )
+    if ev.pinned_source is not None and ev.pinned_source != ev.source_commit:
+        found.append(
+            f"git pins commit {ev.pinned_source} as the run's source "
+            f"({ledger.source_ref(run_id)}), but its records name {ev.source_commit}"
+        )
     return found
 
 

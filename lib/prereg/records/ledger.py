@@ -48,6 +48,12 @@ def attempt_ref(stage: str) -> str:
     return f"{NAMESPACE}/single-attempt/{stage}"
 
 
+def source_ref(run_id: str) -> str:
+    """The run's source commit, kept reachable: a deleted branch and ``git gc`` cannot take
+    the code an audit replays."""
+    return f"{NAMESPACE}/runs/{run_id}/source"
+
+
 def _git(root: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess:
     return gitrepo.run(root, *args, data=data, check=False)
 
@@ -62,13 +68,16 @@ def _blob(root: Path, data: bytes) -> str:
     return oid
 
 
-def _create(root: Path, refs: list[str], data: bytes) -> None:
-    """Create every ref in ``refs`` pointing at a blob of ``data``, all or none."""
-    blob = _blob(root, data)
-    script = "".join(f"create {ref} {blob}\n" for ref in refs).encode()
+def _create(root: Path, refs: list[str], data: bytes, others: dict[str, str] | None = None) -> None:
+    """Create every ref in ``refs`` pointing at a blob of ``data``, and each ref of ``others``
+    at the object it names, all or none."""
+    targets = {**dict.fromkeys(refs, _blob(root, data)), **(others or {})}
+    script = "".join(f"create {ref} {oid}\n" for ref, oid in targets.items()).encode()
     done = _git(root, "update-ref", "--stdin", data=script)
     if done.returncode != 0:
-        taken = [ref for ref in refs if read(root, ref) is not None]
+        taken = [
+            ref for ref in targets if _git(root, "show-ref", "--verify", "-q", ref).returncode == 0
+        ]
         if taken:
             raise AlreadyRecorded(f"already recorded in git: {', '.join(taken)}")
         raise GitError(f"git update-ref failed in {root}: {done.stderr.decode().strip()}")
@@ -99,13 +108,20 @@ def read(root: Path, ref: str) -> bytes | None:
 
 
 def spend(
-    root: Path, run_id: str, start_record: bytes, *, single_attempt_stage: str | None
+    root: Path,
+    run_id: str,
+    start_record: bytes,
+    *,
+    single_attempt_stage: str | None,
+    source_commit: str | None = None,
 ) -> None:
-    """Record that ``run_id`` started (and used its stage's one attempt); atomic, once."""
+    """Record that ``run_id`` started (and used its stage's one attempt), and pin its
+    ``source_commit`` (:func:`source_ref`); atomic, once."""
     refs = [start_ref(run_id)]
     if single_attempt_stage is not None:
         refs.append(attempt_ref(single_attempt_stage))
-    _create(Path(root), refs, start_record)
+    pinned = {source_ref(run_id): source_commit} if source_commit is not None else {}
+    _create(Path(root), refs, start_record, pinned)
 
 
 def record_manifest(root: Path, run_id: str, manifest: bytes) -> None:
@@ -128,6 +144,13 @@ def _started(refs) -> list[str]:
         for ref in refs
         if ref.startswith(prefix) and ref.endswith(suffix)
     )
+
+
+def pinned_source(root: Path, run_id: str) -> str | None:
+    """The commit :func:`source_ref` pins for ``run_id``, or None (no such ref: a run made
+    before the ledger pinned source commits)."""
+    done = _git(Path(root), "show-ref", "--verify", "--hash", "--", source_ref(run_id))
+    return done.stdout.decode().strip() if done.returncode == 0 else None
 
 
 def is_spent(root: Path, run_id: str) -> bool:

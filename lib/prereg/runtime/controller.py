@@ -185,6 +185,7 @@ class Controller(XdistBridge, TerminalOutput):
                 record.run_id,
                 canonical_json(start).encode(),
                 single_attempt_stage=settings.stage if single else None,
+                source_commit=start["source_commit"],
             )
         except ledger.AlreadyRecorded as err:
             self.refuse([gate.Refusal(
@@ -206,7 +207,8 @@ class Controller(XdistBridge, TerminalOutput):
                 "a new run id"
             ) from None
         self._publish(
-            [ledger.start_ref(record.run_id)] + [ledger.attempt_ref(settings.stage)] * single
+            [ledger.start_ref(record.run_id), ledger.source_ref(record.run_id)]
+            + [ledger.attempt_ref(settings.stage)] * single
         )
         self.started = time.time()
         self.started_at = started_at
