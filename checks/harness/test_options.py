@@ -404,3 +404,55 @@ def test_options_that_would_let_a_failing_item_pass_or_load_uninstalled_code(rea
         installed_plugins=frozenset({"xdist", "prereg.plugin"}),
     )
     assert bool(found) == refused, found
+
+
+def _registered(real: RealParser) -> dict:
+    """What prereg.runtime.settings.registered_options reads from a configured pytest."""
+    found: dict = {}
+    for action in real.parser.optparser._actions:
+        spellings, default = found.get(action.dest, ((), action.default))
+        found[action.dest] = ((*spellings, *action.option_strings), default)
+    return found
+
+
+def _set_away_from_default(real: RealParser, action: argparse.Action) -> list[str]:
+    """Arguments that set ``action``'s option to a value other than its default."""
+    spelling = action.option_strings[-1]
+    if action.nargs == 0:
+        return [spelling]
+    if action.choices:
+        return [spelling, next(str(c) for c in action.choices if c != action.default)]
+    return [spelling, SAMPLE_VALUES.get(action.dest, "7")]
+
+
+def test_every_option_pytest_and_its_plugins_register_is_taken_or_refused_by_name(real):
+    """The allow-list, enumerated: every option the installed pytest and plugins register,
+    set away from its default, is either one a run takes, one judged by its value, or
+    refused naming the spelling typed; a future option is refused until it is taken."""
+    registered = _registered(real)
+    stale = set(options.TAKEN) - set(registered)
+    assert not stale, f"TAKEN names options no installed pytest or plugin registers: {stale}"
+    judged = set(options.TAKEN) | options.JUDGED | {entry.dest for entry in options.REFUSED}
+    checked = 0
+    for action in real.parser.optparser._actions:
+        if not action.option_strings or action.dest in judged or action.dest == "help":
+            continue
+        args = _set_away_from_default(real, action)
+        namespace = real.parse(args)
+        if getattr(namespace, action.dest) == registered[action.dest][1]:
+            continue  # an alias that sets the default back (--no-showlocals)
+        found = options.refused_options(
+            namespace, rootpath=real.root, args_from_command_line=False, typed=args,
+            registered=registered,
+        )  # fmt: skip
+        assert found == [f"{args[0]} {options.NOT_TAKEN}"], (args, found)
+        checked += 1
+    assert checked > 30, checked  # --basetemp, --log-file, --debug, --rootdir, --ff ...
+    for dest in set(options.TAKEN) - {entry.dest for entry in options.REFUSED}:  # --dist=each
+        action = next(a for a in real.parser.optparser._actions if a.dest == dest)
+        args = _set_away_from_default(real, action)
+        found = options.refused_options(
+            real.parse(args), rootpath=real.root, args_from_command_line=False, typed=args,
+            registered=registered,
+        )  # fmt: skip
+        assert found == [], (args, found)

@@ -25,6 +25,7 @@ from prereg.base import gitrepo
 from prereg.evidence import hermetic
 from prereg.records import ledger
 from prereg.records import snapshot as snapshots
+from prereg.runtime import option_policy as options
 from prereg.testing import terminal_signals
 from support.toy import left_behind, make_toy_repo, private_tmp, stage_spec
 
@@ -478,24 +479,18 @@ def test_code_a_stage_module_imports_from_outside_the_snapshot_at_collection_is_
     assert left_behind(tmp_path / "tmp") == []  # neither its snapshot nor its item listing
 
 
-@pytest.mark.parametrize(
-    "ini_line, with_output, written",
-    [
-        ("[pytest]\n", "[pytest]\nlog_file = ../run.log\n", "run.log"),
-        ("addopts = ", "addopts = --debug=../debug.log ", "debug.log"),
-    ],
-)
 def test_a_relative_output_file_in_pytest_ini_is_written_beside_the_checkout_not_in_the_snapshot(
-    tmp_path, ini_line, with_output, written
+    tmp_path,
 ):
-    """``log_file = ../run.log`` (or ``--debug=../debug.log`` in addopts): pytest resolves it
-    against the current folder; in the session that is the snapshot (the file would land
-    inside it and end the run incomplete), so the launcher passes it resolved against its own
-    folder. The clean listing of the stage's items writes it nowhere (not beside the
-    snapshot, in the temporary folder)."""
+    """``log_file = ../run.log`` in pytest.ini: pytest resolves it against the current
+    folder; in the session that is the snapshot (the file would land inside it and end the
+    run incomplete), so the launcher passes it resolved against its own folder. The clean
+    listing of the stage's items writes it nowhere (not beside the snapshot, in the
+    temporary folder)."""
+    written = "run.log"
     toy = _probe_repo(tmp_path / "p")
     ini = toy.root / "pytest.ini"
-    ini.write_text(ini.read_text().replace(ini_line, with_output, 1))
+    ini.write_text(ini.read_text().replace("[pytest]\n", "[pytest]\nlog_file = ../run.log\n", 1))
     toy.commit("Write a pytest output file")
     toy.approve("toy", "toy-20261201-002")
     done = toy.pytest(
@@ -526,21 +521,37 @@ def test_a_report_file_in_pytest_ini_addopts_is_refused_and_written_nowhere(tmp_
     assert left_behind(tmp_path / "tmp") == []
 
 
-def test_relative_output_paths_typed_in_a_subfolder_land_outside_the_snapshot(tmp_path):
-    """Started in ``experiments/`` with a relative ``--basetemp`` and ``--debug`` file: the
-    files pytest writes land where they would without a snapshot (which is read-only)."""
+NEXT = "toy-20261201-002"
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--basetemp=runs"], "--basetemp"),  # pytest empties its basetemp: every run folder
+        ([f"--log-file=runs/{RUN}/items.jsonl"], "--log-file"),  # empties a run's record
+        (["--doctest-modules"], "--doctest-modules"),  # collects more items than the stage's
+        (["--rootdir=experiments"], "--rootdir"),
+        (["--assert=plain"], "--assert"),
+        (["-n", "2", "--debug=debug.log", "--max-warnings=0"], "--max-warnings"),
+    ],
+)
+def test_an_option_a_run_does_not_take_is_refused_by_name_and_touches_no_run(tmp_path, args, named):
+    """A research run takes only the options of the allow-list (what it shows, its workers,
+    prereg's own): one that writes where it names, reorders the items or changes what they
+    draw is refused before the run id is spent, naming it as typed, and an earlier run's
+    folder is left as it was."""
     toy = _probe_repo(tmp_path / "p")
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--research-stage=toy",
-         "--basetemp=../../basetemp", "--debug=../../debug.log"],
-        cwd=toy.root / "experiments", capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert toy.manifest(RUN)["status"] == "complete"
-    assert snapshots.PREFIX in (tmp_path / "debug.log").read_text()  # the session wrote it
-    argv = toy.manifest(RUN)["environment"]["execution"]["argv"]
-    assert f"--basetemp={toy.root / 'experiments' / '../../basetemp'}" in argv, argv
-    assert not Path(toy.manifest(RUN)["environment"]["snapshot"]["folder"]).exists()
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    earlier = {p: p.read_bytes() for p in sorted(toy.run_dir(RUN).rglob("*")) if p.is_file()}
+    toy.approve("toy", NEXT)
+    done = toy.pytest("--research-stage=toy", f"--run-id={NEXT}", *args)
+    output = done.stdout + done.stderr
+    assert done.returncode == 4, output
+    assert f"{named} {options.NOT_TAKEN}" in output, output
+    assert not ledger.is_spent(toy.root, NEXT) and not toy.run_dir(NEXT).exists()
+    assert {
+        p: p.read_bytes() for p in sorted(toy.run_dir(RUN).rglob("*")) if p.is_file()
+    } == earlier
     assert toy.audit(RUN).returncode == 0
 
 

@@ -1,10 +1,14 @@
-"""The pytest options a research run refuses, each named as it is typed on the command line.
+"""The pytest options a research run takes, and the ones it refuses, each named as it is
+typed on the command line.
 
 A research stage runs whole, once, and only code the approval covers runs inside it. A run
-that selects part of the stage, runs none of its items (``--fixtures``, ``--collect-only``),
-runs them otherwise than the stage's clean listing does (``--import-mode=importlib``, a
-disabled pytest plugin) or lets code typed at a debugger prompt run inside it (``--pdb``) is
-refused before its run id is spent. :func:`refused_options` reads plain values (pytest's
+takes the options of :data:`TAKEN` (its output, its pace, its workers, prereg's own) and a
+few judged by value (``-p``, ``-o``, ``-W``, ``--confcutdir``); every other option set away
+from its default is refused before its run id is spent, a future pytest's or plugin's
+included. :data:`REFUSED` says why for the common ones: a run that selects part of the
+stage, runs none of its items (``--fixtures``, ``--collect-only``), runs them otherwise than
+the stage's clean listing does (``--import-mode=importlib``, a disabled pytest plugin) or
+lets code typed at a debugger prompt run inside it (``--pdb``). :func:`refused_options` reads plain values (pytest's
 option namespace, the root folder, where the path arguments came from), so it imports no
 pytest; :func:`prereg.runtime.settings.resolve_research_run` calls it and raises pytest's
 usage error with :func:`refusal_message`.
@@ -157,6 +161,42 @@ REFUSED: tuple[Option, ...] = (
     ),
 )
 
+# The options a research run takes, by their namespace field: each changes only what the run
+# shows or how fast it stops, lays out its workers (which the gate and each worker prove),
+# or is prereg's own. Strictness switched on (--strict-markers, --strict-config) makes more
+# items fail, never fewer.
+TAKEN: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "verbose", "reportchars", "tbstyle", "showlocals", "fulltrace", "color",
+            "code_highlight", "capture", "showcapture", "durations", "durations_min",
+            "no_header", "no_summary", "fold_skipped", "force_short_summary", "xfail_tb",
+            "disable_warnings", "setupshow", "traceconfig", "hypothesis_verbosity",
+            "hypothesis_show_statistics", "hypothesis_explain",
+        ),
+        "output",
+    ),
+    "maxfail": "pace",
+    **dict.fromkeys(
+        (
+            "numprocesses", "maxprocesses", "dist", "tx", "px", "distload", "maxschedchunk",
+            "loadscopereorder", "testrunuid", "maxworkerrestart",
+        ),
+        "workers",
+    ),
+    **dict.fromkeys(("strict", "strict_config", "strict_markers"), "strictness"),
+    **dict.fromkeys(
+        ("research_stage", "prereg_run_id", "prereg_checkout", "prereg_list_items"), "prereg"
+    ),
+}  # fmt: skip
+# Options judged by their value below rather than taken or refused whole.
+JUDGED = frozenset({"plugins", "override_ini", "pythonwarnings", "confcutdir", "file_or_dir"})
+NOT_TAKEN = (
+    "is not an option a research run takes: it takes only options that change what the run "
+    "shows or how its workers are laid out (below), so that nothing else changes what runs, "
+    "what it reads or where it writes"
+)
+
 # pytest's built-in plugins (``_pytest.config.builtin_plugins``) a research run needs, with
 # what each does for it; ``-p no:NAME`` for any of them is refused.
 NEEDED_PLUGINS: dict[str, str] = {
@@ -237,6 +277,7 @@ def refused_options(
     args_from_command_line: bool,
     typed: Sequence[str] = (),
     installed_plugins: frozenset[str] | None = None,
+    registered: Mapping[str, tuple[Sequence[str], Any]] | None = None,
 ) -> list[str]:
     """One sentence per option that keeps a research run from running its stage whole.
 
@@ -246,7 +287,11 @@ def refused_options(
     command line (``config.args_source`` is ``ARGS``), not from testpaths. ``typed`` is the
     arguments as given (those three sources), only to name each option by the spelling used
     (``--co`` rather than ``--collect-only``). ``installed_plugins``: the entry-point names
-    of the installed pytest plugins, the only ones ``-p NAME`` may load (None: not checked)."""
+    of the installed pytest plugins, the only ones ``-p NAME`` may load (None: not checked).
+    ``registered``: every option pytest and its plugins registered, namespace field ->
+    (its spellings, its default) (:func:`prereg.runtime.settings.registered_options`); one
+    set away from its default that is neither :data:`TAKEN`, :data:`JUDGED` nor in
+    :data:`REFUSED` is refused as :data:`NOT_TAKEN` (None: not checked)."""
     found = []
     for entry in REFUSED:
         value = getattr(option, entry.dest, None)
@@ -254,6 +299,10 @@ def refused_options(
             spelling = typed_spelling(entry.spellings, typed)
             named = f"{spelling}={entry.show(value)}" if entry.with_value else spelling
             found.append(f"{named} {entry.why}")
+    named_already = {entry.dest for entry in REFUSED} | set(TAKEN) | JUDGED
+    for dest, (spellings, default) in (registered or {}).items():
+        if dest not in named_already and getattr(option, dest, default) != default:
+            found.append(f"{typed_spelling(spellings, typed)} {NOT_TAKEN}")
     for override in getattr(option, "override_ini", None) or ():
         name, _, value = (part.strip() for part in override.partition("="))
         stricter = name.startswith(STRICTNESS) and value.lower() in TRUE
@@ -342,7 +391,8 @@ def allowed_summary(stage: str) -> str:
     return (
         f"Run `pytest {STAGE_OPTION}={stage}` with none of these. Options that change only the "
         "output or pace of a run are fine: -v, -q, -r, -s, --capture, --tb, -l, --color, "
-        "--durations, -x, --maxfail, -n. To try the stage with any of these (one item, -k, "
+        "--durations, -x, --maxfail, and the workers' -n, --dist, --tx (docs/reference/gate.md "
+        "lists them all). To try the stage with any of these (one item, -k, "
         f"--collect-only, --pdb) without an approval, rehearse it: `pytest {STAGE_OPTION}={stage} "
         "--rehearse ...` runs it into runs/rehearsals/ (not a run, nothing spent)."
     )

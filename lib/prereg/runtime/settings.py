@@ -11,6 +11,7 @@ import os
 import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -234,13 +235,26 @@ def worker_settings(config: pytest.Config) -> Settings:
     return settings
 
 
+def registered_options(config: pytest.Config) -> dict[str, tuple[tuple[str, ...], Any]]:
+    """Every option pytest and the loaded plugins registered: its namespace field -> (its
+    spellings, its default as argparse applies it, the first registration's)."""
+    found: dict[str, tuple[tuple[str, ...], Any]] = {}
+    for action in config._parser.optparser._actions:  # pytest's argparse parser
+        spellings, default = found.get(action.dest, ((), action.default))
+        found[action.dest] = ((*spellings, *action.option_strings), default)
+    return found
+
+
 def resolve_research_run(config: pytest.Config, root: Path, listing: bool = False) -> Settings:
     """The run asked for: ``root`` holds the code (a session's snapshot), the approval and
     the run folder belong to the checkout (``--prereg-checkout``, else ``root``)."""
     checkout = Path(config.option.prereg_checkout or root)
     stage = config.option.research_stage
     run_id = config.option.prereg_run_id
-    known_plan(root, config, stage)
+    registered = registered_options(config)
+    if config.option.prereg_checkout:  # a session: the launcher judged the command line, and
+        for dest in hermetic.OUTPUT_OPTIONS:  # passes pytest.ini's output files resolved
+            registered.pop(dest, None)
     refused = options.refused_options(
         config.option,
         rootpath=root,
@@ -251,9 +265,11 @@ def resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fals
             *config.invocation_params.args,
         ],
         installed_plugins=hermetic.installed_plugins(),
+        registered=registered,
     ) + options.refused_variables(os.environ)
-    if not listing and refused:
+    if not listing and refused:  # before the plan is looked for: --rootdir moves it
         raise pytest.UsageError(options.refusal_message(stage, refused))
+    known_plan(root, config, stage)
     try:
         record = approvals.find_approval(checkout, stage, run_id)
     except (approvals.ApprovalError, ValueError) as err:
