@@ -27,7 +27,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import prereg
-from prereg.runtime import option_policy as options
+from prereg.runtime import option_policy
+from prereg.runtime.settings import registered_options
 from support.toy import make_toy_repo
 
 pytestmark = pytest.mark.software
@@ -68,7 +69,7 @@ class RealParser:
 
     def refused(self, args: list[str]) -> list[str]:
         namespace = self.parse(args)
-        return options.refused_options(
+        return option_policy.refused_options(
             namespace,
             rootpath=self.root,
             args_from_command_line=bool(getattr(namespace, "file_or_dir", None)),
@@ -161,7 +162,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> RealParser:
 def test_each_refused_option_is_named_as_typed_and_why(real, args, sentence):
     found = real.refused(args)
     assert len(found) == 1 and found[0].startswith(sentence), found
-    dests = {entry.dest for entry in options.REFUSED} - {"help", "version", "markers"}
+    dests = {entry.dest for entry in option_policy.REFUSED} - {"help", "version", "markers"}
     assert not set(found[0].split()) & dests, f"{found[0]!r} names a dest, not a spelling"
 
 
@@ -177,7 +178,7 @@ def test_a_confcutdir_short_of_the_root_is_refused(real):
 
 def refused_for(config: pytest.Config) -> list[str]:
     """What prereg.plugin passes from a configured pytest (its integration, verbatim)."""
-    return options.refused_options(
+    return option_policy.refused_options(
         config.option,
         rootpath=Path(config.rootpath),
         args_from_command_line=config.args_source == pytest.Config.ArgsSource.ARGS,
@@ -210,11 +211,13 @@ def test_options_from_pytest_addopts_and_ini_addopts_are_named_as_typed(tmp_path
     (tmp_path / "pytest.ini").write_text("[pytest]\ntestpaths = experiments\n")
     assert refused_for(configured(tmp_path, ["-p", "no:cacheprovider", "-q", "-s"])) == []
     found = refused_for(configured(tmp_path, ["experiments"]))
-    assert found == ["the path argument experiments " + options.PATHS_WHY.format(verb="selects")]
+    assert found == [
+        "the path argument experiments " + option_policy.PATHS_WHY.format(verb="selects")
+    ]
 
 
 def test_every_refused_option_is_spelled_as_the_installed_pytest_parses_it(real):
-    for entry in options.REFUSED:
+    for entry in option_policy.REFUSED:
         for spelling in entry.spellings:
             action = real.action(spelling)  # KeyError: a spelling pytest does not have
             assert action.dest == entry.dest, (spelling, action.dest, entry.dest)
@@ -226,7 +229,7 @@ def test_every_refused_option_is_spelled_as_the_installed_pytest_parses_it(real)
 
 
 def test_every_builtin_plugin_is_either_needed_or_unneeded():
-    needed, unneeded = set(options.NEEDED_PLUGINS), options.UNNEEDED_PLUGINS
+    needed, unneeded = set(option_policy.NEEDED_PLUGINS), option_policy.UNNEEDED_PLUGINS
     assert not needed & unneeded
     # Every built-in plugin of the installed pytest is classified (a newer pytest's new one
     # forces a decision; an older pytest has fewer).
@@ -240,7 +243,7 @@ def test_every_needed_registration_is_a_name_its_package_registers():
         "xdist": Path(xdist.__file__).parent,
     }
     text = {k: "".join(p.read_text() for p in v.rglob("*.py")) for k, v in sources.items()}
-    for name in options.NEEDED_REGISTRATIONS:
+    for name in option_policy.NEEDED_REGISTRATIONS:
         assert any(f'"{name}"' in t for t in text.values()), name
 
 
@@ -276,7 +279,7 @@ def test_a_refused_option_among_harmless_ones_is_the_one_named(real, chosen, bad
 
 
 def test_the_refusal_names_every_option_and_the_fix(real):
-    message = options.refusal_message("toy", real.refused(["--co", "-k", "x", "--pdb"]))
+    message = option_policy.refusal_message("toy", real.refused(["--co", "-k", "x", "--pdb"]))
     assert (
         "research stage toy refused before any item ran (this refusal spent no run id)" in message
     )
@@ -342,7 +345,7 @@ def test_a_research_run_with_the_option_is_refused_unspent(approved, args, sente
 @settings(max_examples=60, deadline=None)
 @given(value=st.text(alphabet=st.sampled_from(" \tabc._"), max_size=8))
 def test_pytest_plugins_is_refused_exactly_when_it_names_something(value):
-    found = options.refused_variables({"PYTEST_PLUGINS": value})
+    found = option_policy.refused_variables({"PYTEST_PLUGINS": value})
     assert bool(found) == bool(value.strip()), found
     assert all(f"PYTEST_PLUGINS={value.strip()} is not passed" in s for s in found), found
 
@@ -360,7 +363,7 @@ def test_a_rehearsal_with_pytest_plugins_set_runs_and_warns_that_the_run_would_b
 
 
 def test_an_environment_without_pytest_plugins_is_not_refused():
-    assert options.refused_variables({}) == []
+    assert option_policy.refused_variables({}) == []
 
 
 def test_a_research_run_with_pytest_plugins_set_is_refused_unspent(approved):
@@ -396,7 +399,7 @@ def test_options_that_would_let_a_failing_item_pass_or_load_uninstalled_code(rea
     """``strict_xfail`` switched off passes an xfail that passes; ``-W ignore`` defeats
     pytest.ini's ``filterwarnings = error``; ``-p`` of a committed module loads code the
     stage's configuration does not. Each is refused; their harmless forms are not."""
-    found = options.refused_options(
+    found = option_policy.refused_options(
         real.parse(args),
         rootpath=real.root,
         args_from_command_line=False,
@@ -404,15 +407,6 @@ def test_options_that_would_let_a_failing_item_pass_or_load_uninstalled_code(rea
         installed_plugins=frozenset({"xdist", "prereg.plugin"}),
     )
     assert bool(found) == refused, found
-
-
-def _registered(real: RealParser) -> dict:
-    """What prereg.runtime.settings.registered_options reads from a configured pytest."""
-    found: dict = {}
-    for action in real.parser.optparser._actions:
-        spellings, default = found.get(action.dest, ((), action.default))
-        found[action.dest] = ((*spellings, *action.option_strings), default)
-    return found
 
 
 def _set_away_from_default(real: RealParser, action: argparse.Action) -> list[str]:
@@ -429,10 +423,14 @@ def test_every_option_pytest_and_its_plugins_register_is_taken_or_refused_by_nam
     """The allow-list, enumerated: every option the installed pytest and plugins register,
     set away from its default, is either one a run takes, one judged by its value, or
     refused naming the spelling typed; a future option is refused until it is taken."""
-    registered = _registered(real)
-    stale = set(options.TAKEN) - set(registered)
+    registered = registered_options(real.parser)
+    stale = set(option_policy.TAKEN) - set(registered)
     assert not stale, f"TAKEN names options no installed pytest or plugin registers: {stale}"
-    judged = set(options.TAKEN) | options.JUDGED | {entry.dest for entry in options.REFUSED}
+    judged = (
+        set(option_policy.TAKEN)
+        | option_policy.JUDGED
+        | {entry.dest for entry in option_policy.REFUSED}
+    )
     checked = 0
     for action in real.parser.optparser._actions:
         if not action.option_strings or action.dest in judged or action.dest == "help":
@@ -441,17 +439,19 @@ def test_every_option_pytest_and_its_plugins_register_is_taken_or_refused_by_nam
         namespace = real.parse(args)
         if getattr(namespace, action.dest) == registered[action.dest][1]:
             continue  # an alias that sets the default back (--no-showlocals)
-        found = options.refused_options(
+        found = option_policy.refused_options(
             namespace, rootpath=real.root, args_from_command_line=False, typed=args,
             registered=registered,
         )  # fmt: skip
-        assert found == [f"{args[0]} {options.NOT_TAKEN}"], (args, found)
+        assert found == [f"{args[0]} {option_policy.NOT_TAKEN}"], (args, found)
         checked += 1
     assert checked > 30, checked  # --basetemp, --log-file, --debug, --rootdir, --ff ...
-    for dest in set(options.TAKEN) - {entry.dest for entry in options.REFUSED}:  # --dist=each
+    for dest in set(option_policy.TAKEN) - {
+        entry.dest for entry in option_policy.REFUSED
+    }:  # --dist=each
         action = next(a for a in real.parser.optparser._actions if a.dest == dest)
         args = _set_away_from_default(real, action)
-        found = options.refused_options(
+        found = option_policy.refused_options(
             real.parse(args), rootpath=real.root, args_from_command_line=False, typed=args,
             registered=registered,
         )  # fmt: skip

@@ -25,7 +25,7 @@ from prereg.base import gitrepo
 from prereg.evidence import hermetic
 from prereg.records import ledger
 from prereg.records import snapshot as snapshots
-from prereg.runtime import option_policy as options
+from prereg.runtime import option_policy
 from prereg.testing import terminal_signals
 from support.toy import left_behind, make_toy_repo, private_tmp, stage_spec
 
@@ -524,31 +524,32 @@ def test_a_report_file_in_pytest_ini_addopts_is_refused_and_written_nowhere(tmp_
 NEXT = "toy-20261201-002"
 
 
-@pytest.mark.parametrize(
-    ("args", "named"),
-    [
-        (["--basetemp=runs"], "--basetemp"),  # pytest empties its basetemp: every run folder
-        ([f"--log-file=runs/{RUN}/items.jsonl"], "--log-file"),  # empties a run's record
-        (["--doctest-modules"], "--doctest-modules"),  # collects more items than the stage's
-        (["--rootdir=experiments"], "--rootdir"),
-        (["--assert=plain"], "--assert"),
-        (["-n", "2", "--debug=debug.log", "--max-warnings=0"], "--max-warnings"),
-    ],
-)
-def test_an_option_a_run_does_not_take_is_refused_by_name_and_touches_no_run(tmp_path, args, named):
+# (arguments, the option named): what each would do if a run took it.
+OPTIONS_NOT_TAKEN = [
+    (["--basetemp=runs"], "--basetemp"),  # pytest empties its basetemp: every run folder
+    ([f"--log-file=runs/{RUN}/items.jsonl"], "--log-file"),  # empties a run's record
+    (["--doctest-modules"], "--doctest-modules"),  # collects more items than the stage's
+    (["--rootdir=experiments"], "--rootdir"),  # moves the plan out of reach
+    (["--assert=plain"], "--assert"),  # changes what a failing assert reports
+    (["-n", "2", "--debug=debug.log", "--max-warnings=0"], "--max-warnings"),
+]
+
+
+def test_an_option_a_run_does_not_take_is_refused_by_name_and_touches_no_run(tmp_path):
     """A research run takes only the options of the allow-list (what it shows, its workers,
-    prereg's own): one that writes where it names, reorders the items or changes what they
-    draw is refused before the run id is spent, naming it as typed, and an earlier run's
-    folder is left as it was."""
+    prereg's own): one that writes where it names, adds items or changes how they fail is
+    refused before the run id is spent, naming it as typed, and an earlier run's folder is
+    left as it was."""
     toy = _probe_repo(tmp_path / "p")
     assert toy.pytest("--research-stage=toy").returncode == 0
     earlier = {p: p.read_bytes() for p in sorted(toy.run_dir(RUN).rglob("*")) if p.is_file()}
     toy.approve("toy", NEXT)
-    done = toy.pytest("--research-stage=toy", f"--run-id={NEXT}", *args)
-    output = done.stdout + done.stderr
-    assert done.returncode == 4, output
-    assert f"{named} {options.NOT_TAKEN}" in output, output
-    assert not ledger.is_spent(toy.root, NEXT) and not toy.run_dir(NEXT).exists()
+    for args, named in OPTIONS_NOT_TAKEN:
+        done = toy.pytest("--research-stage=toy", f"--run-id={NEXT}", *args)
+        output = done.stdout + done.stderr
+        assert done.returncode == 4, (args, output)
+        assert f"{named} {option_policy.NOT_TAKEN}" in output, (args, output)
+        assert not ledger.is_spent(toy.root, NEXT) and not toy.run_dir(NEXT).exists(), args
     assert {
         p: p.read_bytes() for p in sorted(toy.run_dir(RUN).rglob("*")) if p.is_file()
     } == earlier

@@ -19,7 +19,7 @@ from typing import Callable
 import prereg
 from prereg.base import gitrepo, provenance
 from prereg.base.hashing import canonical_json, sha256_file
-from prereg.decisions import bindings as requirements
+from prereg.decisions import bindings
 from prereg.evidence import envlock, execution
 from prereg.kinds import registry
 from prereg.kinds.plans import baseline_problems, load_plan, validate_stage
@@ -577,8 +577,8 @@ def gather(
     problems: list[str] = []
     kind_check = None
     if at_approval or plan is not None:
-        problems = requirements.input_problems(record["inputs"])
-        problems += requirements.dependency_problems(
+        problems = bindings.input_problems(record["inputs"])
+        problems += bindings.dependency_problems(
             root, record["requires"], plan_sha256=record["plan"]["sha256"]
         )
         if plan is not None and not problems and not session_follows:

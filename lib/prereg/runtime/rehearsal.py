@@ -27,8 +27,7 @@ from prereg.kinds.plans import load_plan
 from prereg.kinds.stages import InputsRefused, load_kind
 from prereg.records import REHEARSAL_FORMAT
 from prereg.records.runs import REHEARSAL_NOTE, RunLayout
-from prereg.runtime import option_policy as options
-from prereg.runtime import remote, signals
+from prereg.runtime import option_policy, remote, signals
 from prereg.runtime.controller import Controller
 from prereg.runtime.settings import SETTINGS, Settings
 
@@ -218,7 +217,7 @@ class Rehearsal(Controller):
         terminalreporter.write_line(f"record: {self.layout.record}")
         if self.status != "passed":
             return
-        for why in options.refused_variables(os.environ):  # a rehearsal loads it; a run never
+        for why in option_policy.refused_variables(os.environ):  # a rehearsal loads it; a run never
             terminalreporter.write_line(f"WARNING: a run would be refused: {why}", red=True)
         if partial_selection(self.config) is None:
             terminalreporter.write_line(

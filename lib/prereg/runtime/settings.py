@@ -18,13 +18,13 @@ import pytest
 from prereg.base import provenance
 from prereg.base.hashing import sha256_file
 from prereg.decisions import approval as approvals
-from prereg.decisions import bindings as requirements
+from prereg.decisions import bindings
 from prereg.evidence import hermetic
 from prereg.kinds.plans import Plan, load_plan
 from prereg.records.runs import RehearsalLayout, RunLayout, new_rehearsal_name, valid_run_id
-from prereg.runtime import option_policy as options
+from prereg.runtime import option_policy
 
-STAGE_OPTION = options.STAGE_OPTION
+STAGE_OPTION = option_policy.STAGE_OPTION
 RUN_ID_OPTION = "--run-id"
 REHEARSE_OPTION = "--rehearse"
 LIST_OPTION = "--prereg-list-items"
@@ -211,7 +211,7 @@ class InputChanged(RuntimeError):
 
 def verified_inputs(settings: Settings) -> dict[str, Path]:
     bound = settings.inputs or {}
-    problems = requirements.input_problems(bound)
+    problems = bindings.input_problems(bound)
     if problems:
         raise InputChanged(
             "; ".join(problems) + f"; the run {settings.run_id} cannot use it: restore the "
@@ -235,11 +235,12 @@ def worker_settings(config: pytest.Config) -> Settings:
     return settings
 
 
-def registered_options(config: pytest.Config) -> dict[str, tuple[tuple[str, ...], Any]]:
-    """Every option pytest and the loaded plugins registered: its namespace field -> (its
-    spellings, its default as argparse applies it, the first registration's)."""
+def registered_options(parser) -> dict[str, tuple[tuple[str, ...], Any]]:
+    """Every option pytest and the loaded plugins registered in ``parser`` (a configured
+    pytest's ``config._parser``): its namespace field -> (its spellings, its default as
+    argparse applies it, the first registration's)."""
     found: dict[str, tuple[tuple[str, ...], Any]] = {}
-    for action in config._parser.optparser._actions:  # pytest's argparse parser
+    for action in parser.optparser._actions:  # pytest's argparse parser
         spellings, default = found.get(action.dest, ((), action.default))
         found[action.dest] = ((*spellings, *action.option_strings), default)
     return found
@@ -251,11 +252,11 @@ def resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fals
     checkout = Path(config.option.prereg_checkout or root)
     stage = config.option.research_stage
     run_id = config.option.prereg_run_id
-    registered = registered_options(config)
+    registered = registered_options(config._parser)
     if config.option.prereg_checkout:  # a session: the launcher judged the command line, and
         for dest in hermetic.OUTPUT_OPTIONS:  # passes pytest.ini's output files resolved
             registered.pop(dest, None)
-    refused = options.refused_options(
+    refused = option_policy.refused_options(
         config.option,
         rootpath=root,
         args_from_command_line=config.args_source == pytest.Config.ArgsSource.ARGS,
@@ -266,9 +267,9 @@ def resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fals
         ],
         installed_plugins=hermetic.installed_plugins(),
         registered=registered,
-    ) + options.refused_variables(os.environ)
+    ) + option_policy.refused_variables(os.environ)
     if not listing and refused:  # before the plan is looked for: --rootdir moves it
-        raise pytest.UsageError(options.refusal_message(stage, refused))
+        raise pytest.UsageError(option_policy.refusal_message(stage, refused))
     known_plan(root, config, stage)
     try:
         record = approvals.find_approval(checkout, stage, run_id)
@@ -377,6 +378,6 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
 
 def _pairs(values: list[str], option: str) -> dict[str, str]:
     try:
-        return options.name_value_pairs(values, option)
+        return option_policy.name_value_pairs(values, option)
     except ValueError as err:
         raise pytest.UsageError(str(err)) from None
