@@ -3,6 +3,7 @@ overwrites a file."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -103,3 +104,19 @@ def test_init_uses_an_existing_repository_and_refuses_a_subfolder_of_one(tmp_pat
     with pytest.raises(scaffold.InitRefused, match="lies inside the git checkout"):
         scaffold.init_project(root / "nested")
     assert not (root / "nested").exists()
+
+
+def test_a_bad_plan_fails_the_software_checks_at_the_users_line_not_inside_prereg(tmp_path):
+    """A seed namespace with a '/' in it: each check that loads the plan fails with the
+    plan's error at the check's own line, without a page of prereg's loader."""
+    project = ScratchProject(tmp_path / "study")
+    project.root.mkdir()
+    project.prereg("init", ".", "--stage", "train", check=True)
+    plan = next((project.root / "plans").glob("*_PLAN.json"))
+    data = json.loads(plan.read_text())
+    data["stages"]["train"]["seed_namespace"] = "a/b"
+    plan.write_text(json.dumps(data, indent=2))
+    checked = project.pytest("-m", "software")
+    assert checked.returncode != 0
+    assert "seed_namespace 'a/b' cannot start a seed derivation" in checked.stdout
+    assert "kinds/plans.py" not in checked.stdout, checked.stdout

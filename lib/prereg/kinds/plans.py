@@ -98,6 +98,7 @@ def load_plan(path: Path) -> Plan:
     number > 0 and a thread count below 1 (:data:`STAGE_SCHEMA`). Each stage's kind then
     checks its parameters' ranges (:func:`validate_stage`).
     """
+    __tracebackhide__ = True  # a test that loads a bad plan shows the error, not this code
     path = Path(path)
     data: Any = read_json(path, what="plan")
     validate(data, PLAN_SCHEMA, source=str(path))
