@@ -214,3 +214,29 @@ def test_a_plan_its_kind_refuses_is_refused_before_a_rehearsal_writes_anything(t
     assert "the plan is refused" in done.stderr, done.stderr
     assert "stages.toy.parameters.cells: must be at least 5" in done.stderr, done.stderr
     assert runs.all_rehearsals(toy.root) == []
+
+
+def test_a_rehearsal_refuses_output_paths_over_the_projects_records(tmp_path):
+    """A rehearsal takes pytest's selection and debugging options, but not an output path
+    that would destroy records: pytest empties its --basetemp before use, so
+    --basetemp=runs erased every run folder; --log-file=.git/HEAD broke the repository."""
+    toy = make_toy_repo(tmp_path / "toy")
+    toy.approve("toy", RUN_ID)
+    assert toy.pytest("--research-stage=toy").returncode == 0
+    run_files = sorted(p for p in toy.run_dir(RUN_ID).rglob("*") if p.is_file())
+    head = (toy.root / ".git" / "HEAD").read_bytes()
+    for option, shown in (
+        ("--basetemp=runs", "--basetemp=runs names"),
+        ("--log-file=.git/HEAD", "--log-file=.git/HEAD names"),
+        (f"--debug=runs/{RUN_ID}/manifest.json", "--debug=runs/"),
+    ):
+        done = toy.pytest("--research-stage=toy", "--rehearse", option)
+        output = done.stdout + done.stderr
+        assert done.returncode == 4, (option, output)
+        assert shown in output and "would destroy records" in output, (option, output)
+    assert sorted(p for p in toy.run_dir(RUN_ID).rglob("*") if p.is_file()) == run_files
+    assert (toy.root / ".git" / "HEAD").read_bytes() == head
+    audit = toy.audit(RUN_ID)
+    assert audit.returncode == 0, audit.stdout
+    outside = toy.pytest("--research-stage=toy", "--rehearse", f"--basetemp={tmp_path / 'bt'}")
+    assert outside.returncode == 0, outside.stdout + outside.stderr

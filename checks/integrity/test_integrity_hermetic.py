@@ -531,7 +531,8 @@ OPTIONS_NOT_TAKEN = [
     (["--doctest-modules"], "--doctest-modules"),  # collects more items than the stage's
     (["--rootdir=experiments"], "--rootdir"),  # moves the plan out of reach
     (["--assert=plain"], "--assert"),  # changes what a failing assert reports
-    (["-n", "2", "--debug=debug.log", "--max-warnings=0"], "--max-warnings"),
+    (["-n", "2", "--max-warnings=0"], "--max-warnings"),  # fails a run that warns
+    ([f"--debug=runs/{RUN}/manifest.json"], "--debug"),  # written as pytest parses, refused first
 ]
 
 

@@ -53,6 +53,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     run_settings.add_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Before pytest writes its ``--debug`` file, once the command line is parsed."""
+    run_settings.refuse_early_outputs(early_config)
+
+
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """``pytest --research-stage=S``: pass the gate here, then become the hermetic session
     (:mod:`prereg.evidence.hermetic`); this process never collects or runs an item itself."""

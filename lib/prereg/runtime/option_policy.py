@@ -21,6 +21,7 @@ pytest's own parser.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -342,6 +343,38 @@ def refused_options(
             f"the path argument{'s' if many else ''} {' '.join(paths) or '(none)'} "
             + PATHS_WHY.format(verb="select" if many else "selects")
         )
+    return found
+
+
+# What pytest does to the file or folder each output option names (hermetic.OUTPUT_OPTIONS).
+OUTPUT_EFFECTS = {
+    "basetemp": "empties it before use",
+    "log_file": "overwrites it",
+    "debug": "overwrites it",
+}
+
+
+def outputs_over_records(
+    values: Mapping[str, object], *, spellings: Mapping[str, str], cwd: Path, root: Path
+) -> list[str]:
+    """One sentence per output option (``values``: namespace field -> its value, as
+    :func:`prereg.evidence.hermetic.output_values` reads them) whose path, resolved against
+    ``cwd``, is the project's root or a folder above it, or lies in its ``runs/`` or
+    ``.git``: pytest would empty or overwrite the project, its runs or its git records."""
+    root = Path(root).resolve()
+    guarded = (root / "runs", root / ".git")
+    found = []
+    for dest, value in values.items():
+        if not isinstance(value, (str, Path)) or not str(value) or str(value) == os.devnull:
+            continue
+        target = Path(cwd, value).resolve()
+        inside = any(target == g or g in target.parents for g in guarded)
+        if inside or target == root or target in root.parents:
+            found.append(
+                f"{spellings[dest]}={value} names {target}, and pytest {OUTPUT_EFFECTS[dest]}: "
+                f"it would destroy records of {root} (its runs/, its .git or the project itself); "
+                "name a path outside the project"
+            )
     return found
 
 

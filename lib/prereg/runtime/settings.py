@@ -305,11 +305,39 @@ def resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fals
     )
 
 
+def refuse_early_outputs(config: pytest.Config) -> None:
+    """``--debug`` writes its file as soon as pytest has parsed the command line, before any
+    plugin is configured: judged here, for a research run (an option it does not take) and
+    for a rehearsal (a path over the project's records)."""
+    args = config.known_args_namespace
+    debug, stage = getattr(args, "debug", None), getattr(args, "research_stage", None)
+    if not stage or not debug or debug == os.devnull:
+        return
+    if not getattr(args, "prereg_rehearse", False):
+        refused = [f"--debug {option_policy.NOT_TAKEN}"]
+        raise pytest.UsageError(option_policy.refusal_message(stage, refused))
+    _refuse_outputs_over_records(config, {"debug": debug}, stage)
+
+
+def _refuse_outputs_over_records(config: pytest.Config, values: dict, stage: str) -> None:
+    destructive = option_policy.outputs_over_records(
+        values,
+        spellings=hermetic.OUTPUT_OPTIONS,
+        cwd=Path(config.invocation_params.dir),
+        root=Path(config.rootpath),
+    )
+    if destructive:
+        raise pytest.UsageError(
+            f"rehearsal of stage {stage} refused (nothing ran):\n  " + "\n  ".join(destructive)
+        )
+
+
 def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
     """A rehearsal of the stage asked for: the plan pytest.ini names for it, read from the
     working tree; the inputs and required runs bound as ``prereg approve`` would bind them;
     a new folder name under ``runs/rehearsals/``. No approval is read, nothing is spent."""
     stage = config.option.research_stage
+    _refuse_outputs_over_records(config, hermetic.output_values(config), stage)
     asked = config.option.prereg_rehearse_plan
     plan_path = known_plan(root, config, stage) if asked is None else asked
     try:
