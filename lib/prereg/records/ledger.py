@@ -218,15 +218,14 @@ def shown_url(url: str) -> str:
 
 
 def _remote_git(
-    root: Path, remote: str, command: str, args: list[str], options: tuple[str, ...] = ()
+    root: Path, url: str | None, command: str, args: list[str], options: tuple[str, ...] = ()
 ) -> tuple[str, str | None]:
-    """(output, None) of ``git command options -- <remote's url> args``, or ("", why it failed):
-    the url is the remote's (its push url for a push); the user's own git configuration
-    applies (credential helpers), the remote's program settings do not; no prompt,
-    standard input closed, at most :data:`REMOTE_SECONDS`."""
-    url = remote_url(root, remote, push=command == "push")
+    """(output, None) of ``git command options -- url args``, or ("", why it failed): ``url``
+    is a remote's (:func:`remote_url`; None: git could not name it); the user's own git
+    configuration applies (credential helpers), the remote's program settings do not; no
+    prompt, standard input closed, at most :data:`REMOTE_SECONDS`."""
     if url is None:
-        return "", f"git cannot name the url of remote {remote}"
+        return "", "git cannot name the remote's url"
     program = REMOTE_PROGRAMS[command == "push"]
     overrides = [part for setting in REMOTE_SAFE_CONFIG for part in ("-c", setting)]
     line = [*overrides, command, program, *options, "--", url, *args]
@@ -254,13 +253,14 @@ def consult_remotes(root: Path, run_id: str, stage: str) -> tuple[RemoteLedger, 
     start, attempt = start_ref(run_id), attempt_ref(stage)
     found = []
     for remote in remotes(root):
-        url = shown_url(remote_url(root, remote) or "")
-        listed, problem = _listed(Path(root), remote, [start, attempt])
+        url = remote_url(root, remote)
+        listed, problem = _listed(Path(root), url, [start, attempt])
+        shown = shown_url(url or "")
         if problem is not None:
-            found.append(RemoteLedger(remote, url, problem=problem))
+            found.append(RemoteLedger(remote, shown, problem=problem))
             continue
         used = attempt in listed and listed[attempt] != listed.get(start)
-        found.append(RemoteLedger(remote, url, spent=start in listed, attempt_used=used))
+        found.append(RemoteLedger(remote, shown, spent=start in listed, attempt_used=used))
     return tuple(found)
 
 
@@ -268,15 +268,15 @@ def remote_spent_run_ids(root: Path) -> dict[str, list[str] | str]:
     """Each remote -> the run ids whose start it records, or why it could not be asked."""
     found: dict[str, list[str] | str] = {}
     for remote in remotes(root):
-        listed, problem = _listed(Path(root), remote, [f"{NAMESPACE}/runs/*"])
+        listed, problem = _listed(Path(root), remote_url(root, remote), [f"{NAMESPACE}/runs/*"])
         found[remote] = problem if problem is not None else _started(listed)
     return found
 
 
-def _listed(root: Path, remote: str, patterns: list[str]) -> tuple[dict[str, str], str | None]:
+def _listed(root: Path, url: str | None, patterns: list[str]) -> tuple[dict[str, str], str | None]:
     """({ref: object id} of the refs matching ``patterns`` on ``remote``, None), or ({}, why
     it could not be asked)."""
-    out, problem = _remote_git(root, remote, "ls-remote", patterns)
+    out, problem = _remote_git(root, url, "ls-remote", patterns)
     lines = (line.partition("\t") for line in out.splitlines())
     return {ref: oid for oid, _, ref in lines}, problem
 
@@ -286,4 +286,5 @@ def publish(root: Path, remote: str, refs: list[str]) -> str | None:
     names a blob without force, so a ref the remote holds already stays); why it failed, or
     None."""
     refspecs = [f"{ref}:{ref}" for ref in refs]
-    return _remote_git(Path(root), remote, "push", refspecs, ("--quiet", "--no-verify"))[1]
+    url = remote_url(root, remote, push=True)
+    return _remote_git(Path(root), url, "push", refspecs, ("--quiet", "--no-verify"))[1]
