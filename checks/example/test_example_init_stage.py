@@ -153,6 +153,18 @@ def test_the_stage_passes_its_checks_approves_at_its_pins_runs_and_audits_clean(
     listed = project.prereg("runs", "--no-audit", check=True).stdout
     assert f"result: mean of means {summary['mean_of_means']:.4f}" in listed, listed
 
+    # The kind's code moves on: the old run still audits clean, replayed with its own commit.
+    kind_file = root / "src" / LAYOUT.package / "kind.py"
+    source = kind_file.read_text()
+    changed = source.replace('"mean": draws.mean()', '"mean": draws.mean() + 1.0')
+    assert changed != source
+    kind_file.write_text(changed)
+    project.commit("Shift every mean: the kind's code after the run")
+    later = project.audit(run_id)
+    assert later.returncode == 0, later.stdout + later.stderr
+    commit = manifest["source_commit"]
+    assert f"with the code of commit {commit[:12]}" in later.stdout, later.stdout
+
 
 def test_a_cell_whose_seed_cannot_be_derived_is_refused_by_the_check_and_approve(
     scaffolded, tmp_path

@@ -124,29 +124,34 @@ def test_an_honest_failed_run_audits_clean_as_incomplete_and_is_not_replayed(fai
 
 
 def test_a_replay_is_claimed_only_when_one_ran(honest, monkeypatch):
+    from prereg.decisions import replay
     from prereg.decisions.audit import audit_run
-    from prereg.kinds import stages
 
     ran = []
-    kind = stages.StageKind(name="plain", replay=lambda view: ran.append(view.stage) or [])
-    monkeypatch.setattr(stages, "PLAIN", kind)
+
+    def replayed(root, commit, run):
+        ran.append((run["stage"], commit))
+        return replay.Replay(True, "replayed (a stand-in)")
+
+    monkeypatch.setattr(replay, "replay_run", replayed)
     result = audit_run(honest.root, honest.run_dir(RUN))
-    assert result.verdict == "clean" and result.replayed and ran == ["toy"]
+    assert result.verdict == "clean" and result.replayed
+    assert ran == [("toy", honest.manifest(RUN)["source_commit"])]
     skipped = audit_run(honest.root, honest.run_dir(RUN), replay=False)
-    assert skipped.verdict == "clean" and not skipped.replayed and ran == ["toy"]
+    assert skipped.verdict == "clean" and not skipped.replayed and len(ran) == 1
 
 
-def test_a_replay_that_crashes_is_a_finding(honest, monkeypatch):
+def test_a_replay_that_cannot_start_is_a_blocker_not_a_crash(honest, monkeypatch):
+    from prereg.decisions import replay
     from prereg.decisions.audit import audit_run
-    from prereg.kinds import stages
 
-    def crash(view):
+    def crash(root, commit, run):
         raise KeyError("summary_value")
 
-    monkeypatch.setattr(stages, "PLAIN", stages.StageKind(name="plain", replay=crash))
+    monkeypatch.setattr(replay, "replay_run", crash)
     result = audit_run(honest.root, honest.run_dir(RUN))
-    assert result.verdict == "findings" and result.replayed
-    assert "replay of stage kind 'plain' failed" in result.findings[0]
+    assert result.verdict == "could not audit" and not result.replayed
+    assert "the replay could not start: KeyError: 'summary_value'" in result.blockers[0]
 
 
 # -- manifest edits -----------------------------------------------------------------------------

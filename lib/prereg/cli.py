@@ -181,6 +181,8 @@ The verdict is stored in runs/audits/<run-id>.json, bound to the SHA-256 of the 
 manifest.json and to the code that audited (the SHA-256 of the prereg package's files,
 and its commit); prereg report and prereg runs take the replay's clean verdict from it
 while both still match, and say it was stale when not (the replay then runs again).
+The replay runs the stage kind of the run's source commit, from a snapshot of it, in a
+process of its own; the verdict names that commit and the prereg it imported.
 """
 
 

@@ -41,11 +41,12 @@ from prereg.base.hashing import (
     sha256_file,
 )
 from prereg.base.schema import MapOf, SchemaError, validate
+from prereg.decisions import replay
 from prereg.decisions.manifest import describe
+from prereg.decisions.replay import Replay
 from prereg.evidence import envlock, execution
 from prereg.kinds.plans import PLAN_SCHEMA, Plan
 from prereg.kinds.registry import STAGE_KINDS, group_problem
-from prereg.kinds.stages import RunView, load_kind
 from prereg.records import (
     APPROVAL_COPY,
     APPROVAL_SCHEMA,
@@ -1379,20 +1380,10 @@ def could_not_audit(ev: Evidence) -> list[str]:
 # -- replay ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Replay:
-    """What the replay step did: whether it ran, a note saying so, what it found, what
-    kept it from running."""
-
-    replayed: bool
-    note: str
-    findings: tuple[str, ...] = ()
-    blockers: tuple[str, ...] = ()
-
-
 def replay_stage(ev: Evidence, *, records_agree: bool) -> Replay:
     """The stage kind's replay of a complete run whose records agree (``records_agree``:
-    the checks found nothing and nothing blocked them)."""
+    the checks found nothing and nothing blocked them), with the code of the run's
+    source commit (:mod:`prereg.decisions.replay`)."""
     m = ev.manifest or {}
     if m.get("status") != COMPLETE:
         return Replay(False, "not replayed: the run is not complete")
@@ -1401,29 +1392,9 @@ def replay_stage(ev: Evidence, *, records_agree: bool) -> Replay:
     plan = ev.plan
     if plan is None:
         return Replay(False, "not replayed: the plan could not be read at the run's commit")
-
-    try:
-        kind = load_kind(plan.stage(m["stage"])["kind"])
-    except Exception as err:  # noqa: BLE001 -- a kind that is not available here
-        return Replay(
-            False,
-            "not replayed: the stage kind is not available",
-            blockers=(f"the stage kind cannot be loaded here, so no replay: {err}",),
-        )
-    if kind.replay is None:
-        return Replay(
-            False, f"no replay: stage kind {kind.name!r} has none (hashes and records only)"
-        )
-    view = RunView(root=ev.root, run_dir=ev.run_dir, plan=plan, stage=m["stage"], items=ev.items)
-    note = f"replayed (stage kind {kind.name!r})"
-    try:
-        return Replay(True, note, findings=tuple(kind.replay(view)))
-    except Exception as err:  # noqa: BLE001 -- a replay that fails is a finding, never a crash
-        return Replay(
-            True,
-            note,
-            findings=(f"the replay of stage kind {kind.name!r} failed: {describe(err)}",),
-        )
+    stage = m["stage"]
+    run = replay.request(ev.root, ev.run_dir, plan, stage, plan.stage(stage)["kind"], ev.items)
+    return replay.replay_run(ev.root, str(ev.source_commit), run)
 
 
 # -- JUnit names -------------------------------------------------------------------------------

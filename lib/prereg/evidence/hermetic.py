@@ -151,6 +151,33 @@ def plugin_arguments(loaded: list[str], blocked: list[str]) -> list[str]:
     return args
 
 
+def snapshot_paths(folder: Path, source: Path, pythonpath: str | None) -> tuple[list[str], Path]:
+    """(the ``sys.path`` entries of snapshot ``folder`` a process of it puts first, the
+    prereg package it runs) for code coming from folder ``source`` (the checkout the
+    snapshot is of, or another snapshot of it).
+
+    When prereg is part of ``source`` (prereg's own checkout), the snapshot's prereg is
+    imported, from its folder in the snapshot; otherwise the installed one is. Entries of
+    ``pythonpath`` (``os.pathsep``-joined) inside ``source`` become the same folders of the
+    snapshot; the others are dropped."""
+    package = Path(prereg.__file__).resolve().parent
+    source = Path(source).resolve()
+    try:
+        inside = package.relative_to(source)
+    except ValueError:  # prereg is installed, not part of the checkout: site-packages has it
+        paths = []
+    else:
+        paths, package = [str(folder / inside.parent)], folder / inside
+    for entry in pythonpath.split(os.pathsep) if pythonpath else ():
+        try:
+            rel = Path(entry or ".").resolve().relative_to(source)
+        except ValueError:
+            continue
+        if str(folder / rel) not in paths:
+            paths.append(str(folder / rel))
+    return paths, package
+
+
 def command(
     *,
     checkout: Path,
@@ -168,21 +195,8 @@ def command(
     typed, ``addopts`` the launcher's ``PYTEST_ADDOPTS`` (put before them, as pytest reads
     it), ``plugins`` the ``-p`` arguments. The launcher's ``PYTHONPATH`` entries inside the
     checkout (the gate refuses any other) become the same folders of the snapshot."""
-    package = Path(prereg.__file__).resolve().parent
-    source = Path(source or checkout).resolve()
-    try:
-        inside = package.relative_to(source)
-    except ValueError:  # prereg is installed, not part of the checkout: site-packages has it
-        paths, boot = [], boot_script(package)
-    else:
-        paths, boot = [str(folder / inside.parent)], boot_script(folder / inside)
-    for entry in (pythonpath or "").split(os.pathsep):
-        try:
-            rel = Path(entry or ".").resolve().relative_to(source)
-        except ValueError:
-            continue
-        if str(folder / rel) not in paths:
-            paths.append(str(folder / rel))
+    paths, package = snapshot_paths(folder, Path(source or checkout), pythonpath)
+    boot = boot_script(package)
     return [
         sys.executable, "-I", "-B", str(boot), os.pathsep.join(paths),
         *shlex.split(addopts or ""), *args, *plugins,
