@@ -133,7 +133,11 @@ def test_the_stage_passes_its_checks_approves_at_its_pins_runs_and_audits_clean(
     assert "not a run, nothing spent" in rehearsed.stdout, rehearsed.stdout
 
     run_id = f"{STAGE}-{datetime.now(timezone.utc):%Y%m%d}-001"
-    project.prereg("approve", "--stage", STAGE, "--run-id", run_id, check=True)
+    approved = project.prereg("approve", "--stage", STAGE, "--run-id", run_id, check=True)
+    assert "listed in the record: 1 (1 passed; 1 of the whole stage; 1 wrote a summary" in (
+        approved.stdout
+    )
+    assert "no passing rehearsal" not in approved.stderr, approved.stderr
     project.commit(f"Approve {run_id}")
     done = project.pytest(f"--research-stage={STAGE}")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -142,6 +146,11 @@ def test_the_stage_passes_its_checks_approves_at_its_pins_runs_and_audits_clean(
     assert len(manifest["items"]) == 4
     summary = json.loads((project.run_dir(run_id) / "summary" / "summary.json").read_text())
     assert [r["replicate"] for r in summary["replicates"]] == [0, 1, 2, 3]
+    # The rehearsal drew from its own seeds: it showed that the stage works, not its outcome.
+    [rehearsed] = (root / "runs" / "rehearsals").glob("*/summary/summary.json")
+    assert json.loads(rehearsed.read_text())["mean_of_means"] != summary["mean_of_means"]
+    [disclosed] = json.loads((project.run_dir(run_id) / "approval.json").read_text())["rehearsals"]
+    assert disclosed["name"] == rehearsed.parents[1].name and disclosed["summary_files"] == 1
 
     audit = project.audit(run_id)
     assert audit.returncode == 0, audit.stdout + audit.stderr
@@ -150,8 +159,10 @@ def test_the_stage_passes_its_checks_approves_at_its_pins_runs_and_audits_clean(
     assert report.returncode == 0, report.stdout + report.stderr
     page = Path(report.stdout.strip().splitlines()[-1]).read_text()
     assert f'id="{STAGE}"' in page and "mean_of_means" in page
+    assert "Rehearsals since the stage" in page and disclosed["name"] in page
     listed = project.prereg("runs", "--no-audit", check=True).stdout
     assert f"result: mean of means {summary['mean_of_means']:.4f}" in listed, listed
+    assert "rehearsed before approval: 1 (1 passed;" in listed, listed
 
     # The kind's code moves on: the old run still audits clean, replayed with its own commit.
     kind_file = root / "src" / LAYOUT.package / "kind.py"
@@ -164,6 +175,42 @@ def test_the_stage_passes_its_checks_approves_at_its_pins_runs_and_audits_clean(
     assert later.returncode == 0, later.stdout + later.stderr
     commit = manifest["source_commit"]
     assert f"with the code of commit {commit[:12]}" in later.stdout, later.stdout
+
+
+def test_every_rehearsal_is_disclosed_once_by_the_next_approval_whatever_its_folder(
+    scaffolded, tmp_path
+):
+    """Rehearsals are kept in git from their start: a deleted runs/ (a clean checkout) does
+    not hide one; the next approval lists those since the previous one; approving a tree no
+    passing whole-stage rehearsal ran warns."""
+    root = tmp_path / "study"
+    shutil.copytree(scaffolded[0].root, root, symlinks=True)
+    project = _project(root)
+    day = f"{datetime.now(timezone.utc):%Y%m%d}"
+    first = project.prereg("approve", "--stage", STAGE, "--run-id", f"{STAGE}-{day}-001")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "listed in the record: none" in first.stdout
+    assert "no passing rehearsal of the whole stage demo-stage ran this commit" in first.stderr
+    project.commit("Approve 001")
+
+    whole = project.pytest(f"--research-stage={STAGE}", "--rehearse")
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    some = project.pytest(f"--research-stage={STAGE}", "--rehearse", "-k", "replicate0")
+    assert some.returncode == 0, some.stdout + some.stderr
+    shutil.rmtree(root / "runs")  # git clean -fdx, or a researcher tidying up
+    second = project.prereg("approve", "--stage", STAGE, "--run-id", f"{STAGE}-{day}-002")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "listed in the record: 2 (2 passed; 1 of the whole stage; 1 wrote a summary" in (
+        second.stdout
+    )
+    record = json.loads((root / "plans" / "approvals" / f"{STAGE}-{day}-002.json").read_text())
+    assert [d["selection"] for d in record["rehearsals"]] == [None, "-k 'replicate0'"]
+    assert "no passing rehearsal" not in second.stderr, second.stderr
+    project.commit("Approve 002")
+
+    third = project.prereg("approve", "--stage", STAGE, "--run-id", f"{STAGE}-{day}-003")
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert "listed in the record: none" in third.stdout  # each rehearsal is listed once
 
 
 def test_a_cell_whose_seed_cannot_be_derived_is_refused_by_the_check_and_approve(

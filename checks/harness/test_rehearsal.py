@@ -11,6 +11,7 @@ import shutil
 import pytest
 
 from prereg import records
+from prereg.base import seeds
 from prereg.records import runs
 from support.toy import ToyRepo, make_toy_repo, stage_spec
 
@@ -20,7 +21,13 @@ RUN_ID = "toy-20261202-001"
 
 
 def _prereg_refs(toy: ToyRepo) -> str:
-    return toy.git("for-each-ref", "refs/prereg")
+    """The refs prereg keeps in git but the rehearsals' disclosures: the ledger of runs."""
+    refs = toy.git("for-each-ref", "--format=%(refname)", "refs/prereg").split()
+    return " ".join(r for r in refs if not r.startswith("refs/prereg/rehearsals/"))
+
+
+def _disclosure(toy: ToyRepo, name: str) -> dict:
+    return json.loads(toy.git("cat-file", "blob", f"refs/prereg/rehearsals/toy/{name}"))
 
 
 def _only_rehearsal(toy: ToyRepo) -> tuple[runs.RehearsalLayout, dict]:
@@ -60,12 +67,18 @@ def test_a_rehearsal_runs_a_selection_without_an_approval_and_spends_nothing(reh
     assert _prereg_refs(toy) == ""
     assert runs.all_runs(toy.root) == []
     assert not layout.start.exists() and not layout.manifest.exists()
+    # Disclosed: git keeps what was rehearsed, from which tree, and how it went.
+    disclosure = _disclosure(toy, record["name"])
+    assert disclosure == records.rehearsal_disclosure(record)
+    assert disclosure["status"] == "passed" and disclosure["selection"] == record["selection"]
+    assert disclosure["tree"] != toy.git("rev-parse", "HEAD^{tree}").strip()  # an edit was there
 
 
-def test_a_rehearsed_item_derives_its_seeds_from_the_plans_namespace(rehearsed):
-    """The item's context is a run's: seeds derive from the plan's seed namespace."""
+def test_a_rehearsed_item_derives_its_seeds_from_the_rehearsal_namespace(rehearsed):
+    """The item's context is a run's, but its seeds are never the run's: they derive from
+    the plan's seed namespace made a rehearsal's."""
     _, _, (_, record) = rehearsed
-    assert record["items"][0]["seeds"] == ["toy-1.0/cell/1"]
+    assert record["items"][0]["seeds"] == [f"toy-1.0{seeds.REHEARSAL_SUFFIX}/cell/1"]
 
 
 def test_the_audit_never_takes_a_rehearsal_for_evidence(rehearsed, tmp_path):
@@ -132,6 +145,7 @@ def test_a_failing_item_fails_the_rehearsal_and_two_workers_run_the_whole_stage(
         "1 item(s) did not pass: experiments/test_toy.py::test_cell[cell2]" in record["reasons"][0]
     )
     assert _prereg_refs(toy) == "" and runs.all_runs(toy.root) == []
+    assert _disclosure(toy, record["name"])["status"] == "failed"
 
 
 def test_a_listing_writes_nothing_and_a_run_refused_for_its_options_points_at_rehearsal(

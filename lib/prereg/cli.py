@@ -45,7 +45,9 @@ def cmd_approve(args: argparse.Namespace) -> int:
         create_approval,
         load_approval,
         next_free_run_id,
+        rehearsal_warning,
     )
+    from prereg.records import describe_disclosures
     from prereg.records.runs import RunLayout
 
     root = _root()
@@ -70,11 +72,18 @@ def cmd_approve(args: argparse.Namespace) -> int:
     rel = path.relative_to(root)
     if args.run_id is None:
         print(f"run id {run_id}: the next free run id of stage {args.stage} today (UTC)")
-    requires = load_approval(path).data["requires"]
+    record = load_approval(path).data
+    requires = record["requires"]
     for needed, bound in sorted(requires.items()):
         how = "named by --use-run" if needed in use_runs else "its latest complete run"
         print(f"requires {needed}: bound run {bound['run_id']} ({how})")
-    for warning in bound_run_warnings(root, requires):
+    disclosed = describe_disclosures(record["rehearsals"])
+    print(
+        f"rehearsals of {args.stage} since its previous approval, listed in the record: {disclosed}"
+    )
+    warnings = bound_run_warnings(root, requires)
+    warnings += [w for w in [rehearsal_warning(root, args.stage)] if w]
+    for warning in warnings:
         print(f"prereg approve: warning: {rel}: {warning}", file=sys.stderr)
     print(f"wrote {rel}")
     print("commit it, then run the stage:")
@@ -249,6 +258,7 @@ def _store_verdict(root: Path, run_dir: Path, result) -> str | None:
 def cmd_runs(args: argparse.Namespace) -> int:
     # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.commands.report.render import every_run, index_rows
+    from prereg.records import describe_disclosures
 
     root = _root()
     rows = index_rows(root, every_run(root), audit="none" if args.no_audit else "cached")
@@ -270,6 +280,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         )
         if r["headline"]:
             print(f"{'':<20} {'result: ' + r['headline']}")
+        if r["rehearsals"]:
+            print(f"{'':<20} rehearsed before approval: {describe_disclosures(r['rehearsals'])}")
     _print_rehearsals(root)
     return 0
 

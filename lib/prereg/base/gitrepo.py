@@ -16,8 +16,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 # Settings of the repository's own configuration that would run a program or change what
@@ -89,17 +91,18 @@ def run(
     data: bytes | None = None,
     check: bool = True,
     user_config: bool = False,
+    index: Path | None = None,
 ) -> subprocess.CompletedProcess:
     """Run ``git args`` in ``root`` sanitised; stdout and stderr are bytes.
 
-    ``check`` raises :class:`GitError` (naming the command and git's message) when git fails."""
+    ``check`` raises :class:`GitError` (naming the command and git's message) when git fails;
+    ``index`` is an index file git uses instead of the repository's own."""
+    env = environment(user_config=user_config)
+    if index is not None:
+        env["GIT_INDEX_FILE"] = os.fspath(index)
     try:
         done = subprocess.run(
-            command(root, *args),
-            input=data,
-            capture_output=True,
-            env=environment(user_config=user_config),
-            check=False,
+            command(root, *args), input=data, capture_output=True, env=env, check=False
         )
     except FileNotFoundError:
         raise GitError("git is not installed; install it (apt-get install git)") from None
@@ -125,6 +128,19 @@ def user_name(root: Path) -> str:
         .stdout.decode("utf-8", "replace")
         .strip()
     )
+
+
+def working_tree_id(root: Path) -> str:
+    """The id of the tree a commit of everything would hold now (``git add -A``: every file
+    tracked or not ignored, as it is on disk), written with an index of its own, so the
+    repository's index and refs are untouched. Equal to ``HEAD^{tree}`` in a clean checkout."""
+    with tempfile.TemporaryDirectory(prefix="prereg-index-") as scratch:
+        index = Path(scratch, "index")
+        own = Path(root, git(root, "rev-parse", "--git-path", "index").strip())
+        if own.is_file():  # its stat cache: only files changed since are read again
+            shutil.copyfile(own, index)
+        run(root, "add", "-A", index=index)
+        return run(root, "write-tree", index=index).stdout.decode().strip()
 
 
 def head_commit(root: Path) -> str:

@@ -4,6 +4,10 @@
 of the canonical string ``namespace/coord1/coord2/...``. Every random number in a
 research stage comes from a generator built from such a seed, and the derivation
 string is recorded next to the result, so an auditor can regenerate any cell.
+
+A rehearsal draws from :func:`rehearsal_namespace` of the plan's namespace, never from the
+plan's own: no number a rehearsal item draws is one its run will draw, so a rehearsal
+shows that the stage works without showing the run's outcome.
 """
 
 from __future__ import annotations
@@ -15,8 +19,17 @@ import numpy as np
 _SEPARATOR = "/"
 
 
+REHEARSAL_SUFFIX = "~rehearsal"
+
+
 class SeedCoordinateError(ValueError):
     """A namespace or coordinate cannot be written unambiguously."""
+
+
+def rehearsal_namespace(namespace: str | None) -> str | None:
+    """The seed namespace a rehearsal of a stage whose plan names ``namespace`` draws from:
+    ``namespace`` + :data:`REHEARSAL_SUFFIX` (None for a stage without one)."""
+    return None if namespace is None else namespace + REHEARSAL_SUFFIX
 
 
 def derivation(namespace: str, *coords: object) -> str:

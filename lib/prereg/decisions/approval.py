@@ -41,6 +41,7 @@ from prereg.records import (
     APPROVAL_FORMAT,
     APPROVAL_SCHEMA,
     APPROVALS_DIR,
+    DISCLOSURE_SCHEMA,
     STAGE_NAME,
     approval_record,
     ledger,
@@ -105,6 +106,55 @@ def load_approval(path: Path) -> Approval:
 def list_approvals(root: Path) -> list[Approval]:
     folder = Path(root) / APPROVALS
     return [load_approval(p) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+
+
+# -- rehearsals -----------------------------------------------------------------------------
+
+
+def stage_rehearsals(root: Path, stage: str) -> list[dict]:
+    """The disclosure git records of each rehearsal of ``stage``
+    (:func:`prereg.records.ledger.rehearsal_disclosures`), oldest first."""
+    found = []
+    for name, data in ledger.rehearsal_disclosures(root, stage).items():
+        ref = ledger.rehearsal_ref(stage, name)
+        try:
+            value = json.loads(data)
+            validate(value, DISCLOSURE_SCHEMA, source=ref)
+        except ValueError as err:  # SchemaError is a ValueError
+            raise ApprovalError(
+                f"{ref} holds no rehearsal disclosure ({err}); git's record of a rehearsal was "
+                "edited: restore it from a clone that has it"
+            ) from None
+        found.append(value)
+    return sorted(found, key=lambda d: (d["started_at"], d["name"]))
+
+
+def undisclosed_rehearsals(root: Path, stage: str, approvals: list[Approval]) -> list[dict]:
+    """The rehearsals of ``stage`` that no approval of ``approvals`` lists: those since the
+    stage's previous approval, which the next one discloses."""
+    listed = {
+        rehearsal["name"]
+        for approval in approvals
+        if approval.data["stage"] == stage
+        for rehearsal in approval.data.get("rehearsals", [])
+    }
+    return [d for d in stage_rehearsals(root, stage) if d["name"] not in listed]
+
+
+def rehearsal_warning(root: Path, stage: str) -> str | None:
+    """Why approving HEAD now approves code no passing rehearsal of the whole stage ran
+    (none: one did, from a working tree equal to HEAD's tree)."""
+    tree = gitrepo.commit_tree(root, gitrepo.head_commit(root))
+    if any(
+        d["status"] == "passed" and d["selection"] is None and d["tree"] == tree
+        for d in stage_rehearsals(root, stage)
+    ):
+        return None
+    return (
+        f"no passing rehearsal of the whole stage {stage} ran this commit's tree ({tree[:12]}): "
+        f"the run may fail where a rehearsal would have shown it (pytest --research-stage={stage} "
+        "--rehearse; the approval is written all the same)"
+    )
 
 
 # -- inputs and required runs ----------------------------------------------------------------
@@ -371,8 +421,11 @@ def create_approval(
     # The interpreter and every installed distribution (prereg.evidence.envlock): the gate refuses a
     # run after anything was installed, removed or changed.
     record["environment_lock"] = envlock.lock()
+    # Every rehearsal of the stage since its previous approval: what was tried, and seen, before.
+    approvals = list_approvals(root)
+    record["rehearsals"] = undisclosed_rehearsals(root, stage, approvals)
     facts = gate.gather(
-        root, record, record_path, stage=stage, at_approval=True, approvals=list_approvals(root)
+        root, record, record_path, stage=stage, at_approval=True, approvals=approvals
     ).facts
     refusals = gate.check(facts, gate.APPROVE_CONDITIONS)
     if refusals:

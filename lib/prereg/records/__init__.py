@@ -28,7 +28,10 @@ The records:
   :data:`VERDICT_SCHEMA`;
 - the rehearsal record ``rehearsal.json`` and the rehearsal's ``approval.json`` (what an
   approval would bind, no approval): :data:`REHEARSAL_FORMAT`, :data:`REHEARSAL_SCHEMA`,
-  :data:`REHEARSAL_BINDINGS_SCHEMA`.
+  :data:`REHEARSAL_BINDINGS_SCHEMA`;
+- a rehearsal's disclosure, kept in git (``refs/prereg/rehearsals/<stage>/<name>``) and listed
+  by the next approval of its stage: :data:`DISCLOSURE_FORMAT`, :data:`DISCLOSURE_SCHEMA`,
+  made by :func:`rehearsal_disclosure`.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ __all__ = [
     "COMPLETE",
     "COMPLETE_FIELDS",
     "COULD_NOT_AUDIT",
+    "DISCLOSURE_FORMAT",
+    "DISCLOSURE_SCHEMA",
     "DISTRIBUTION",
     "ERROR",
     "EXTENSION_ORIGIN",
@@ -100,6 +105,8 @@ __all__ = [
     "VERDICT_FORMAT",
     "VERDICT_SCHEMA",
     "approval_record",
+    "describe_disclosures",
+    "rehearsal_disclosure",
 ]
 
 # -- the names under runs/ and the run id's form (paths built by prereg.records.runs) -----------------
@@ -203,6 +210,54 @@ LOCK_SCHEMA = {
 # -- the approval record -----------------------------------------------------------------------
 
 APPROVAL_FORMAT = "prereg-approval-1"
+
+# What git keeps of each rehearsal, whatever happens to its folder: when, which plan and
+# tree, how much of the stage, and whether a summary was written (the outcome was shown).
+DISCLOSURE_FORMAT = "prereg-rehearsal-disclosure/1"
+DISCLOSURE_SCHEMA = {
+    "format": str,
+    "stage": str,
+    "name": str,
+    "status": OneOf(("running", "passed", "failed")),
+    "started_at": str,
+    "ended_at": Nullable(str),
+    "head_commit": Nullable(str),
+    "tree": Nullable(str),
+    "uncommitted_paths": NonNegativeInt,
+    "plan": {"path": str, "sha256": str},
+    "selection": Nullable(str),
+    "items_selected": NonNegativeInt,
+    "summary_files": NonNegativeInt,
+}
+
+
+def rehearsal_disclosure(record: dict) -> dict:
+    """The disclosure (:data:`DISCLOSURE_SCHEMA`) of a rehearsal record (:data:`REHEARSAL_SCHEMA`)."""
+    return {
+        "format": DISCLOSURE_FORMAT,
+        **{field: record.get(field) for field in DISCLOSURE_SCHEMA if field != "format"},
+        "uncommitted_paths": len(record["uncommitted_paths"]),
+        "summary_files": len(record["summary_files"]),
+    }
+
+
+def describe_disclosures(disclosures: list[dict] | None) -> str:
+    """One line on the rehearsals an approval disclosed (None: it predates the list)."""
+    if disclosures is None:
+        return "not recorded (an approval made before approvals listed rehearsals)"
+    if not disclosures:
+        return "none"
+    passed = sum(d["status"] == "passed" for d in disclosures)
+    whole = sum(d["selection"] is None for d in disclosures)
+    summaries = sum(d["summary_files"] > 0 for d in disclosures)
+    plans = len({d["plan"]["sha256"] for d in disclosures})
+    return (
+        f"{len(disclosures)} ({passed} passed; {whole} of the whole stage; {summaries} wrote a "
+        f"summary; under {plans} plan version{'s' if plans != 1 else ''})"
+    )
+
+
+# closed: no other field
 APPROVAL_SCHEMA = {
     "format": str,
     "stage": str,
@@ -220,6 +275,8 @@ APPROVAL_SCHEMA = {
     # installed extensions the stage's plan loaded (prereg.kinds.registry): group -> name -> origin
     "extensions": Optional(MapOf(MapOf(EXTENSION_ORIGIN))),
     "environment_lock": Optional(LOCK_SCHEMA),
+    # the stage's rehearsals git records that no earlier approval of the stage listed
+    "rehearsals": Optional([DISCLOSURE_SCHEMA]),
 }
 
 # -- the start record --------------------------------------------------------------------------
@@ -357,6 +414,8 @@ REHEARSAL_SCHEMA = {
     "reasons": [str],
     "head_commit": Nullable(str),
     "uncommitted_paths": [str],
+    # the working tree's id (gitrepo.working_tree_id): what was rehearsed, uncommitted edits too
+    "tree": Optional(Nullable(str)),
     "plan": {"path": str, "sha256": str},
     "inputs": Nullable(MapOf(INPUT_BINDING)),
     "required_runs": Nullable(MapOf(str)),  # stage -> run id

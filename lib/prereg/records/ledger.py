@@ -12,6 +12,11 @@ recorded refusal), and a moved run folder or a removed approval cannot buy a sec
 run. At the end the controller records ``refs/prereg/runs/<run-id>/manifest`` (a blob
 of ``manifest.json``'s bytes) the same way; the audit compares the run folder with it.
 
+Each rehearsal is disclosed under ``refs/prereg/rehearsals/<stage>/<name>``
+(:func:`disclose_rehearsal`): a blob of its disclosure, written when it starts and again
+when it ends, so a deleted ``runs/rehearsals/`` or a clean checkout does not take it; the
+next approval of the stage lists the stage's disclosures no earlier approval listed.
+
 ``git clone`` does not copy ``refs/prereg/*``: the gate asks every git remote whether it
 records the run id or the stage's attempt (:func:`consult_remotes`), and a run pushes
 its refs to each remote that answered (:func:`publish`), so a clone cannot spend again an
@@ -52,6 +57,10 @@ def source_ref(run_id: str) -> str:
     """The run's source commit, kept reachable: a deleted branch and ``git gc`` cannot take
     the code an audit replays."""
     return f"{NAMESPACE}/runs/{run_id}/source"
+
+
+def rehearsal_ref(stage: str, name: str) -> str:
+    return f"{NAMESPACE}/rehearsals/{stage}/{name}"
 
 
 def _git(root: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess:
@@ -144,6 +153,29 @@ def _started(refs) -> list[str]:
         for ref in refs
         if ref.startswith(prefix) and ref.endswith(suffix)
     )
+
+
+def disclose_rehearsal(root: Path, stage: str, name: str, disclosure: bytes) -> None:
+    """Point :func:`rehearsal_ref` at a blob of ``disclosure`` (a rehearsal's record moves
+    from running to its end; it is never removed by prereg)."""
+    ref = rehearsal_ref(stage, name)
+    done = _git(Path(root), "update-ref", ref, _blob(Path(root), disclosure))
+    if done.returncode != 0:
+        raise GitError(f"git update-ref {ref} failed in {root}: {done.stderr.decode().strip()}")
+
+
+def rehearsal_disclosures(root: Path, stage: str) -> dict[str, bytes]:
+    """The disclosure git records for each rehearsal of ``stage``, by rehearsal name."""
+    prefix = rehearsal_ref(stage, "")
+    done = _git(Path(root), "for-each-ref", "--format=%(refname)", prefix)
+    if done.returncode != 0:
+        raise GitError(f"git for-each-ref failed in {root}: {done.stderr.decode().strip()}")
+    found = {}
+    for ref in done.stdout.decode().split():
+        data = read(Path(root), ref)
+        if data is not None:
+            found[ref[len(prefix) :]] = data
+    return found
 
 
 def pinned_source(root: Path, run_id: str) -> str | None:

@@ -3,12 +3,18 @@
 The stage's items run through the same fixtures, item records, summary and terminal output
 as a run, from the working tree as it is (uncommitted edits included), with any selection
 (``-k``, one item, ``--pdb``, ``--collect-only``) and without an approval: no gate is
-judged, no run id is spent, and nothing is written to git. What it writes goes to
+judged and no run id is spent. What it writes goes to
 ``runs/rehearsals/<stage>-<UTC stamp>/`` (:class:`prereg.records.runs.RehearsalLayout`), whose one
 record ``rehearsal.json`` says :data:`prereg.records.runs.REHEARSAL_NOTE`. No run folder, required
 run, audit or report ever takes a rehearsal for a run: it has no ``start.json`` or
-``manifest.json``, no run id and no git record, and the audit refuses a folder holding a
-rehearsal record.
+``manifest.json`` and no run id, and the audit refuses a folder holding a rehearsal record.
+
+A rehearsal cannot show its run's outcome, and is disclosed. Its items draw from the
+rehearsal's own seed namespace (:func:`prereg.base.seeds.rehearsal_namespace`), and git
+keeps its disclosure (:func:`prereg.records.rehearsal_disclosure`: when, the plan's hash,
+the working tree's id, how much of the stage, whether a summary was written) under
+``refs/prereg/rehearsals/`` from its start (:func:`prereg.records.ledger.disclose_rehearsal`),
+which the next approval of the stage lists.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from prereg.base.hashing import canonical_json, file_entries, sha256_file
 from prereg.decisions import manifest
 from prereg.kinds.plans import load_plan
 from prereg.kinds.stages import InputsRefused, load_kind
-from prereg.records import REHEARSAL_FORMAT
+from prereg.records import REHEARSAL_FORMAT, ledger, rehearsal_disclosure
 from prereg.records.runs import REHEARSAL_NOTE, RunLayout
 from prereg.runtime import option_policy, remote, signals
 from prereg.runtime.controller import Controller
@@ -41,7 +47,8 @@ class Rehearsal(Controller):
         super().__init__(config, settings)
         self.listing_only = bool(config.option.collectonly)
         self.summary_note: str | None = None  # a selection's summary that could not run
-        self.tree: tuple[str | None, list[str]] = (None, [])  # (HEAD, dirty paths) rehearsed
+        # (HEAD, dirty paths, the working tree's id) rehearsed
+        self.tree: tuple[str | None, list[str], str | None] = (None, [], None)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -170,7 +177,7 @@ class Rehearsal(Controller):
     def _write_record(self, *, status: str, items=None, reasons=None) -> None:
         """``rehearsal.json``: what was rehearsed, from which tree, and how it went
         (:data:`prereg.records.REHEARSAL_SCHEMA`)."""
-        head, dirty = self.tree
+        head, dirty, tree = self.tree
         summary = self.layout.summary_dir
         record = {
             "format": FORMAT,
@@ -181,6 +188,7 @@ class Rehearsal(Controller):
             "reasons": reasons or [],
             "head_commit": head,
             "uncommitted_paths": dirty,
+            "tree": tree,
             "plan": {"path": self.settings.plan_path, "sha256": self.settings.plan_sha256},
             "inputs": self.settings.inputs,
             "required_runs": self.settings.required_runs,
@@ -196,6 +204,13 @@ class Rehearsal(Controller):
             "summary_files": file_entries(summary) if summary.is_dir() else [],
         }
         manifest.write_atomic(self.layout.record, canonical_json(record).encode())
+        disclosure = canonical_json(rehearsal_disclosure(record)).encode()
+        try:
+            ledger.disclose_rehearsal(self.root, self.settings.stage, record["name"], disclosure)
+        except (gitrepo.GitError, OSError) as err:
+            note = f"git could not record this rehearsal, so no approval will list it: {err}"
+            if note not in self.finish_notes:
+                self.finish_notes.append(note)
 
     # -- the terminal --------------------------------------------------------------------------
 
@@ -228,12 +243,13 @@ class Rehearsal(Controller):
             terminalreporter.write_line("the selection passed: rehearse the whole stage next")
 
 
-def _working_tree(root) -> tuple[str | None, list[str]]:
-    """HEAD's commit and the paths that differ from it (what a rehearsal ran)."""
+def _working_tree(root) -> tuple[str | None, list[str], str | None]:
+    """HEAD's commit, the paths that differ from it and the working tree's id (what a
+    rehearsal ran)."""
     try:
-        return gitrepo.head_commit(root), gitrepo.dirty_paths(root)
+        return gitrepo.head_commit(root), gitrepo.dirty_paths(root), gitrepo.working_tree_id(root)
     except gitrepo.GitError as err:
-        return None, [f"(git could not be read: {err})"]
+        return None, [f"(git could not be read: {err})"], None
 
 
 def partial_selection(config: pytest.Config) -> str | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from prereg.base import provenance
+from prereg.base import provenance, seeds
 from prereg.base.hashing import sha256_file
 from prereg.decisions import approval as approvals
 from prereg.decisions import bindings
@@ -397,7 +397,7 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
         plan_sha256=sha256_file(root / plan_path),
         module=spec["module"],
         threads=threads,
-        seed_namespace=spec.get("seed_namespace"),
+        seed_namespace=seeds.rehearsal_namespace(spec.get("seed_namespace")),
         inputs=inputs,
         required_runs=required,
         rehearsal=name,

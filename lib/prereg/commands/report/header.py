@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from prereg.kinds.report import html as h
 from prereg.kinds.report.model import Missing, RunRecord, missing_items, peak_memory
+from prereg.records import describe_disclosures
 from prereg.records.runs import report_page, valid_run_id
 
 MIB = 1024 * 1024
@@ -32,6 +33,29 @@ def _elapsed(manifest: dict) -> str:
         f"{'enforced' if budget.get('enforced') else 'not enforced'}; "
         f"{'EXCEEDED' if budget.get('exceeded') else 'not exceeded'}"
     )
+
+
+def rehearsals_table(disclosures: list[dict]) -> str:
+    """The rehearsals the run's approval disclosed, one row each."""
+    rows = [
+        [
+            d["name"],
+            d["status"],
+            d["started_at"],
+            d["selection"] or "the whole stage",
+            d["summary_files"],
+            h.Cell(f"<code>{h.esc(d['plan']['sha256'][:12])}</code>", markup=True),
+            h.Cell(f"<code>{h.esc((d['tree'] or '-')[:12])}</code>", markup=True),
+            d["uncommitted_paths"],
+        ]
+        for d in disclosures
+    ]
+    return h.table(
+        ["rehearsal", "status", "started (UTC)", "items", "summary files", "plan SHA-256",
+         "tree", "uncommitted paths"],
+        rows,
+        caption="Rehearsals since the stage's previous approval (what was tried before this one)",
+    )  # fmt: skip
 
 
 def header_section(record: RunRecord, *, plan_source: str, kind: str | None) -> str:
@@ -64,6 +88,7 @@ def header_section(record: RunRecord, *, plan_source: str, kind: str | None) -> 
         ),
         ("baseline SHA-256", _hash(m.get("baseline_sha256"))),
         ("seed namespace", m.get("seed_namespace")),
+        ("rehearsals before approval", describe_disclosures(record.rehearsals)),
         ("started", m.get("started_at") or start.get("started_at")),
         ("ended", m.get("ended_at")),
         ("elapsed", _elapsed(m) if m else "unknown (no manifest)"),
@@ -87,6 +112,8 @@ def header_section(record: RunRecord, *, plan_source: str, kind: str | None) -> 
     env = m.get("environment")
     if env:
         body.append(environment_block(env))
+    if record.rehearsals:
+        body.append(rehearsals_table(record.rehearsals))
     if m.get("requires"):
         rows = [
             [

@@ -185,6 +185,7 @@ def index_rows(root: Path, records: list[RunRecord], *, audit: str = "cached") -
                 "budget_seconds": (record.manifest or {}).get("budget", {}).get("seconds"),
                 "outcome": outcome_summary(record),
                 "headline": headline(root, record),
+                "rehearsals": record.rehearsals,
                 "audit": verdict.verdict,
                 "audit_findings": list(verdict.findings),
                 "path": str(record.path),

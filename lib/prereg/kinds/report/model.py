@@ -51,6 +51,18 @@ class RunRecord:
     def complete(self) -> bool:
         return self.status == COMPLETE
 
+    @functools.cached_property
+    def rehearsals(self) -> list[dict] | None:
+        """The rehearsals the run's approval disclosed (its copy in the run folder); None
+        when the copy holds no such list or cannot be read."""
+        if self.refusal is not None:
+            return None
+        try:
+            found = read_json(self.files.approval_copy, what="approval copy").get("rehearsals")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return found if isinstance(found, list) else None
+
     @property
     def files(self) -> RunFolder:
         """The paths inside the run folder (meaningless for a refusal record)."""
