@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from prereg.base import seeds
@@ -106,6 +106,28 @@ def test_a_seed_namespace_no_item_could_derive_from_is_refused_at_load(tmp_path_
     )
     with pytest.raises(SchemaError, match=r"stages\.s\.seed_namespace .* cannot start a seed"):
         load_plan(path)
+
+
+@given(stem=st.text(st.characters(exclude_categories=("Cs",), exclude_characters="/"), min_size=1))
+def test_a_seed_namespace_a_rehearsal_could_reach_is_refused_at_load(tmp_path_factory, stem):
+    """A rehearsal draws from its plan's namespace + the rehearsal suffix: a stage whose
+    namespace ends with the suffix could have its seeds drawn by a rehearsal under a plan
+    naming the stem, so such a plan is refused; the stem's rehearsal namespace is never it."""
+    reachable = stem + seeds.REHEARSAL_SUFFIX
+    path = _plan(
+        tmp_path_factory.mktemp("plan"), lambda p: p["stages"]["s"].update(seed_namespace=reachable)
+    )
+    with pytest.raises(SchemaError, match=r"stages\.s\.seed_namespace .* ends with '~rehearsal'"):
+        load_plan(path)
+    assert seeds.rehearsal_namespace(stem) == reachable
+
+
+@given(rehearsed=st.text(min_size=1), planned=st.text(min_size=1))
+def test_no_rehearsal_draws_from_a_namespace_a_plan_may_name(rehearsed, planned):
+    """Whatever plan a rehearsal runs under, its items' namespace is none a loadable plan names."""
+    assume(not planned.endswith(seeds.REHEARSAL_SUFFIX))  # refused at load (above)
+    assert seeds.rehearsal_namespace(rehearsed) != planned
+    assert seeds.rehearsal_namespace(None) is None
 
 
 def test_a_null_or_plain_seed_namespace_loads(tmp_path):

@@ -113,6 +113,14 @@ def load_plan(path: Path) -> Plan:
                     f"derivation ({err}); every item seeded from it would fail: choose a "
                     "namespace without '/', e.g. the plan id and stage joined by '-'"
                 ) from None
+            if namespace.endswith(seeds.REHEARSAL_SUFFIX):
+                raise SchemaError(
+                    f"{path}: stages.{name}.seed_namespace {namespace!r} ends with "
+                    f"{seeds.REHEARSAL_SUFFIX!r}, which a rehearsal appends to its plan's "
+                    "namespace: a rehearsal under a plan naming "
+                    f"{namespace[: -len(seeds.REHEARSAL_SUFFIX)]!r} would draw this stage's "
+                    "seeds; choose a namespace without it"
+                )
     return Plan(path=path, sha256=sha256_file(path), data=data)
 
 
