@@ -213,6 +213,59 @@ def test_every_rehearsal_is_disclosed_once_by_the_next_approval_whatever_its_fol
     assert "listed in the record: none" in third.stdout  # each rehearsal is listed once
 
 
+def test_a_plan_changed_after_an_outcome_needs_a_recorded_amendment_shown_with_the_run(
+    scaffolded, tmp_path
+):
+    """Run the stage, relax the plan after seeing the outcome, approve again: refused
+    until --amend says why, naming each changed field and the runs with outcomes; then the
+    amendment is in the approval, and prereg runs shows it and marks the superseded run."""
+    root = tmp_path / "study"
+    shutil.copytree(scaffolded[0].root, root, symlinks=True)
+    project = _project(root)
+    day = f"{datetime.now(timezone.utc):%Y%m%d}"
+    first, second = f"{STAGE}-{day}-001", f"{STAGE}-{day}-002"
+    project.prereg("approve", "--stage", STAGE, "--run-id", first, check=True)
+    project.commit("Approve 001")
+    ran = project.pytest(f"--research-stage={STAGE}")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    unchanged = project.prereg("approve", "--stage", STAGE, "--run-id", second, "--amend", "x")
+    assert unchanged.returncode == 2 and "no amendment to record" in unchanged.stderr
+
+    plan = root / LAYOUT.plan
+    data = json.loads(plan.read_text())
+    draws = data["stages"][STAGE]["parameters"]["draws"]
+    data["stages"][STAGE]["parameters"]["draws"] = draws + 1
+    plan.write_text(json.dumps(data, indent=2) + "\n")
+    project.commit("One more draw")
+    refused = project.prereg("approve", "--stage", STAGE, "--run-id", second)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    field = f"stages.{STAGE}.parameters.draws: {draws} -> {draws + 1}"
+    assert field in refused.stderr and first in refused.stderr and "--amend" in refused.stderr
+    assert not (root / "plans" / "approvals" / f"{second}.json").exists()
+
+    amended = project.prereg("approve", "--stage", STAGE, "--run-id", second, "--amend", "why")
+    assert amended.returncode == 0, amended.stdout + amended.stderr
+    assert f"the plan changed since {first}" in amended.stdout
+    record = json.loads((root / "plans" / "approvals" / f"{second}.json").read_text())
+    assert record["amendment"]["changed"] == [
+        {
+            "field": f"stages.{STAGE}.parameters.draws",
+            "change": "changed",
+            "from": draws,
+            "to": draws + 1,
+        }
+    ]
+    assert record["amendment"]["complete_runs_before"] == [first]
+    assert record["amendment"]["reason"] == "why"
+    project.commit("Approve 002, amended")
+    again = project.pytest(f"--research-stage={STAGE}")
+    assert again.returncode == 0, again.stdout + again.stderr
+    listed = project.prereg("runs", "--no-audit", check=True).stdout
+    assert listed.count("plan superseded") == 1, listed
+    assert f"amended plan: the plan changed since {first}" in listed, listed
+    assert project.audit(second).returncode == 0
+
+
 def test_a_cell_whose_seed_cannot_be_derived_is_refused_by_the_check_and_approve(
     scaffolded, tmp_path
 ):

@@ -8,7 +8,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from prereg.base import seeds
+from prereg.base.hashing import canonical_json
 from prereg.base.schema import SchemaError
+from prereg.decisions import approval
 from prereg.kinds.plans import load_plan
 
 pytestmark = pytest.mark.software
@@ -134,3 +136,45 @@ def test_a_null_or_plain_seed_namespace_loads(tmp_path):
     for namespace in (None, "toy-1.0"):
         path = _plan(tmp_path, lambda p, n=namespace: p["stages"]["s"].update(seed_namespace=n))
         assert load_plan(path).stage("s")["seed_namespace"] == namespace
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text("ab", max_size=2), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+_ABSENT = object()
+
+
+def _at(value, field: str):
+    """The value at a dotted field (keys here hold no '.'), or _ABSENT."""
+    for key in field.split(".") if field != "(the plan)" else ():
+        value = value.get(key, _ABSENT) if isinstance(value, dict) else _ABSENT
+    return value
+
+
+@given(
+    old=st.dictionaries(st.sampled_from("xyz"), JSON, max_size=3),
+    new=st.dictionaries(st.sampled_from("xyz"), JSON, max_size=3),
+)
+def test_an_amendments_fields_are_exactly_where_two_plans_differ(old, new):
+    """No field reported for equal plans; some field for differing ones; each reported
+    field holds its 'from' value in the old plan and its 'to' value in the new."""
+    changes = approval.plan_differences(old, new)
+    assert approval.plan_differences(old, old) == []
+    assert bool(changes) == (canonical_json(old) != canonical_json(new))
+    for change in changes:
+        before, after = _at(old, change["field"]), _at(new, change["field"])
+        assert (before is _ABSENT, after is _ABSENT) == {
+            "added": (True, False),
+            "removed": (False, True),
+            "changed": (False, False),
+        }[change["change"]]
+        if change["change"] == "changed":
+            assert canonical_json(before) == canonical_json(change["from"])
+            assert canonical_json(after) == canonical_json(change["to"])
+            assert canonical_json(before) != canonical_json(after)

@@ -47,7 +47,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
         next_free_run_id,
         rehearsal_warning,
     )
-    from prereg.records import describe_disclosures
+    from prereg.records import describe_amendment, describe_disclosures
     from prereg.records.runs import RunLayout
 
     root = _root()
@@ -65,6 +65,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
             inputs=_pairs(args.input, "--input"),
             use_runs=use_runs,
             accept_deviations=args.accept_deviations,
+            amend=args.amend,
         )
     except (ApprovalError, SchemaError, OSError, ValueError, LookupError) as err:
         print(f"prereg approve: refused: {err}", file=sys.stderr)
@@ -77,6 +78,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
     for needed, bound in sorted(requires.items()):
         how = "named by --use-run" if needed in use_runs else "its latest complete run"
         print(f"requires {needed}: bound run {bound['run_id']} ({how})")
+    if "amendment" in record:
+        print(f"amendment recorded: {describe_amendment(record['amendment'])}")
     disclosed = describe_disclosures(record["rehearsals"])
     print(
         f"rehearsals of {args.stage} since its previous approval, listed in the record: {disclosed}"
@@ -258,7 +261,7 @@ def _store_verdict(root: Path, run_dir: Path, result) -> str | None:
 def cmd_runs(args: argparse.Namespace) -> int:
     # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.commands.report.render import every_run, index_rows
-    from prereg.records import describe_disclosures
+    from prereg.records import describe_amendment, describe_disclosures
 
     root = _root()
     rows = index_rows(root, every_run(root), audit="none" if args.no_audit else "cached")
@@ -282,6 +285,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
             print(f"{'':<20} {'result: ' + r['headline']}")
         if r["rehearsals"]:
             print(f"{'':<20} rehearsed before approval: {describe_disclosures(r['rehearsals'])}")
+        if r["amendment"]:
+            print(f"{'':<20} amended plan: {describe_amendment(r['amendment'])}")
+        if r["plan_superseded"]:
+            print(f"{'':<20} plan superseded: the run's plan file holds other bytes now")
     _print_rehearsals(root)
     return 0
 
@@ -412,6 +419,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="STAGE=RUN_ID",
         help="the run of a required stage to consume (default: its latest complete run)",
+    )
+    approve.add_argument(
+        "--amend",
+        metavar="WHY",
+        help="why the plan differs from the one the stage's previous approval bound (required "
+        "then; recorded in the approval with every changed field)",
     )
     approve.add_argument(
         "--accept-deviations",

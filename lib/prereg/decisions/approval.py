@@ -20,7 +20,7 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 
 from prereg.base import gitrepo, provenance
-from prereg.base.hashing import read_json, sha256_file, write_json
+from prereg.base.hashing import canonical_json, read_json, sha256_bytes, sha256_file, write_json
 from prereg.base.schema import validate
 from prereg.decisions import gate
 from prereg.decisions.gate import Refusal
@@ -155,6 +155,93 @@ def rehearsal_warning(root: Path, stage: str) -> str | None:
         f"the run may fail where a rehearsal would have shown it (pytest --research-stage={stage} "
         "--rehearse; the approval is written all the same)"
     )
+
+
+# -- amendments -------------------------------------------------------------------------------
+
+
+class AmendmentError(ApprovalError):
+    """The plan changed since the stage's previous approval and no reason was given (or a
+    reason was given for a plan that did not change)."""
+
+
+_ABSENT = object()
+
+
+def plan_differences(old: object, new: object, prefix: str = "") -> list[dict]:
+    """Each field whose value differs between two JSON values: its dotted path, whether it
+    was ``added``, ``removed`` or ``changed``, and the value before and after (None where
+    the field is absent)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [
+            change
+            for key in sorted(set(old) | set(new))
+            for change in plan_differences(
+                old.get(key, _ABSENT), new.get(key, _ABSENT), f"{prefix}.{key}" if prefix else key
+            )
+        ]
+    if old is not _ABSENT and new is not _ABSENT and canonical_json(old) == canonical_json(new):
+        return []
+    change = "added" if old is _ABSENT else "removed" if new is _ABSENT else "changed"
+    return [
+        {
+            "field": prefix or "(the plan)",
+            "change": change,
+            "from": None if old is _ABSENT else old,
+            "to": None if new is _ABSENT else new,
+        }
+    ]
+
+
+def amendment(
+    root: Path, stage: str, plan, approvals: list[Approval], reason: str | None
+) -> dict | None:
+    """The amendment an approval of ``stage`` under ``plan`` records: how the plan differs
+    from the one the stage's previous approval bound, and which runs had outcomes by then
+    under another plan. None when there is no previous approval or the plan is its plan.
+
+    Raises :class:`AmendmentError` when the plan changed and ``reason`` is None, or when a
+    reason is given and nothing changed."""
+    earlier = [a for a in approvals if a.stage == stage]
+    previous = max(earlier, key=lambda a: (a.data["approved_at"], a.run_id), default=None)
+    if previous is None or previous.data["plan"]["sha256"] == plan.sha256:
+        if reason is not None:
+            raise AmendmentError(
+                f"--amend: the plan of stage {stage} is the one "
+                f"{'its previous approval bound' if previous else 'no earlier approval bound'}: "
+                "there is no amendment to record; approve without --amend"
+            )
+        return None
+    bound = previous.data["plan"]
+    before = gitrepo.show_bytes(root, previous.data["source_anchor"], bound["path"])
+    if sha256_bytes(before) != bound["sha256"]:
+        raise ApprovalError(
+            f"{previous.path.name} binds plan {bound['path']} with SHA-256 {bound['sha256'][:12]}, "
+            f"but its source anchor {previous.data['source_anchor'][:12]} holds other bytes: "
+            "the earlier plan cannot be compared"
+        )
+    changed = plan_differences(json.loads(before), plan.data)
+    outcomes = [
+        run.run_id
+        for run in all_runs(root)
+        if run.status == COMPLETE
+        and (run.manifest or {}).get("plan", {}).get("sha256") != plan.sha256
+    ]
+    if reason is None:
+        fields = "; ".join(f"{c['field']}: {c['from']!r} -> {c['to']!r}" for c in changed)
+        raise AmendmentError(
+            f"the plan of stage {stage} changed since its previous approval "
+            f"({previous.path.name}, plan SHA-256 {bound['sha256'][:12]}): {fields}. Complete runs "
+            f'under another plan by now: {outcomes or "none"}. Approve with --amend "why" to '
+            "record the amendment in the approval (every report of its run shows it)"
+        )
+    return {
+        "reason": reason,
+        "previous_approval": previous.run_id,
+        "previous_plan_sha256": bound["sha256"],
+        "changed": changed,
+        "complete_runs_before": outcomes,
+    }
 
 
 # -- inputs and required runs ----------------------------------------------------------------
@@ -330,6 +417,7 @@ def create_approval(
     inputs: dict[str, Path],
     use_runs: dict[str, str],
     accept_deviations: bool,
+    amend: str | None = None,
 ) -> Path:
     """Write the approval record for one run from the current clean HEAD; return its path.
 
@@ -424,6 +512,9 @@ def create_approval(
     # Every rehearsal of the stage since its previous approval: what was tried, and seen, before.
     approvals = list_approvals(root)
     record["rehearsals"] = undisclosed_rehearsals(root, stage, approvals)
+    amended = amendment(root, stage, plan, approvals, amend)
+    if amended is not None:
+        record["amendment"] = amended
     facts = gate.gather(
         root, record, record_path, stage=stage, at_approval=True, approvals=approvals
     ).facts

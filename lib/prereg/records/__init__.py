@@ -105,6 +105,7 @@ __all__ = [
     "VERDICT_FORMAT",
     "VERDICT_SCHEMA",
     "approval_record",
+    "describe_amendment",
     "describe_disclosures",
     "rehearsal_disclosure",
 ]
@@ -257,6 +258,18 @@ def describe_disclosures(disclosures: list[dict] | None) -> str:
     )
 
 
+def describe_amendment(amended: dict | None) -> str:
+    """One line on an approval's amendment (None: the plan was its previous approval's)."""
+    if amended is None:
+        return "none (the plan its stage's previous approval bound, or its first approval)"
+    fields = ", ".join(c["field"] for c in amended["changed"]) or "none"
+    return (
+        f"the plan changed since {amended['previous_approval']} (plan SHA-256 "
+        f"{amended['previous_plan_sha256'][:12]}): {fields}; why: {amended['reason']}; complete "
+        f"runs under another plan by then: {len(amended['complete_runs_before'])}"
+    )
+
+
 # closed: no other field
 APPROVAL_SCHEMA = {
     "format": str,
@@ -277,6 +290,23 @@ APPROVAL_SCHEMA = {
     "environment_lock": Optional(LOCK_SCHEMA),
     # the stage's rehearsals git records that no earlier approval of the stage listed
     "rehearsals": Optional([DISCLOSURE_SCHEMA]),
+    # how the plan differs from the one the stage's previous approval bound, and why
+    "amendment": Optional(
+        {
+            "reason": str,
+            "previous_approval": str,
+            "previous_plan_sha256": str,
+            "changed": [
+                {
+                    "field": str,
+                    "change": OneOf(("added", "removed", "changed")),
+                    "from": Nullable(object),
+                    "to": Nullable(object),
+                }
+            ],
+            "complete_runs_before": [str],
+        }
+    ),
 }
 
 # -- the start record --------------------------------------------------------------------------

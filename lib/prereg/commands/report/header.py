@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from prereg.kinds.report import html as h
 from prereg.kinds.report.model import Missing, RunRecord, missing_items, peak_memory
-from prereg.records import describe_disclosures
+from prereg.records import describe_amendment, describe_disclosures
 from prereg.records.runs import report_page, valid_run_id
 
 MIB = 1024 * 1024
@@ -89,6 +89,7 @@ def header_section(record: RunRecord, *, plan_source: str, kind: str | None) -> 
         ("baseline SHA-256", _hash(m.get("baseline_sha256"))),
         ("seed namespace", m.get("seed_namespace")),
         ("rehearsals before approval", describe_disclosures(record.rehearsals)),
+        ("plan amendment", describe_amendment(record.amendment)),
         ("started", m.get("started_at") or start.get("started_at")),
         ("ended", m.get("ended_at")),
         ("elapsed", _elapsed(m) if m else "unknown (no manifest)"),

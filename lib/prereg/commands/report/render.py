@@ -186,6 +186,8 @@ def index_rows(root: Path, records: list[RunRecord], *, audit: str = "cached") -
                 "outcome": outcome_summary(record),
                 "headline": headline(root, record),
                 "rehearsals": record.rehearsals,
+                "amendment": record.amendment,
+                "plan_superseded": record.plan_superseded(root),
                 "audit": verdict.verdict,
                 "audit_findings": list(verdict.findings),
                 "path": str(record.path),

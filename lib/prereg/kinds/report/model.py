@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prereg.base import gitrepo
-from prereg.base.hashing import parse_json, read_json
+from prereg.base.hashing import parse_json, read_json, sha256_file
 from prereg.records import ledger
 from prereg.records.runs import (
     COMPLETE,
@@ -52,16 +52,37 @@ class RunRecord:
         return self.status == COMPLETE
 
     @functools.cached_property
-    def rehearsals(self) -> list[dict] | None:
-        """The rehearsals the run's approval disclosed (its copy in the run folder); None
-        when the copy holds no such list or cannot be read."""
+    def approval(self) -> dict:
+        """The run's approval copy in its folder (empty for a refusal, or when unreadable)."""
         if self.refusal is not None:
-            return None
+            return {}
         try:
-            found = read_json(self.files.approval_copy, what="approval copy").get("rehearsals")
-        except (OSError, ValueError, AttributeError):
-            return None
+            found = read_json(self.files.approval_copy, what="approval copy")
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    @property
+    def rehearsals(self) -> list[dict] | None:
+        """The rehearsals the run's approval disclosed; None when it holds no such list."""
+        found = self.approval.get("rehearsals")
         return found if isinstance(found, list) else None
+
+    @property
+    def amendment(self) -> dict | None:
+        """How the run's plan differs from its stage's previous approval's, and why."""
+        found = self.approval.get("amendment")
+        return found if isinstance(found, dict) else None
+
+    def plan_superseded(self, root: Path) -> bool:
+        """The plan file the run ran under holds other bytes in the checkout now."""
+        plan = (self.manifest or {}).get("plan") or {}
+        if not plan.get("path") or not plan.get("sha256"):
+            return False
+        try:
+            return sha256_file(Path(root) / plan["path"]) != plan["sha256"]
+        except OSError:
+            return True
 
     @property
     def files(self) -> RunFolder:
