@@ -264,6 +264,11 @@ def test_a_plan_changed_after_an_outcome_needs_a_recorded_amendment_shown_with_t
     assert listed.count("plan superseded") == 1, listed
     assert f"amended plan: the plan changed since {first}" in listed, listed
     assert project.audit(second).returncode == 0
+    project.prereg("report", "--all", "--no-audit", check=True)
+    index = (root / "runs" / "reports" / "index.html").read_text()
+    assert "amended: why" in index and "superseded" in index
+    page = (root / "runs" / "reports" / f"{second}.html").read_text()
+    assert f"the plan changed since {first}" in page and "parameters.draws" in page
 
 
 def test_a_cell_whose_seed_cannot_be_derived_is_refused_by_the_check_and_approve(

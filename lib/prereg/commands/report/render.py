@@ -197,6 +197,17 @@ def index_rows(root: Path, records: list[RunRecord], *, audit: str = "cached") -
     return rows
 
 
+def plan_note(row: dict) -> str:
+    """How a run's plan stands: amended since its stage's previous approval (and why),
+    superseded by the plan file's bytes now, both, or neither."""
+    notes = []
+    if row["amendment"]:
+        notes.append(f"amended: {row['amendment']['reason']}")
+    if row["plan_superseded"]:
+        notes.append("superseded")
+    return "; ".join(notes)
+
+
 def render_index(rows: list[dict], *, now: str | None = None) -> str:
     generated = now or datetime.now(timezone.utc).isoformat(timespec="seconds")
     table = h.table(
@@ -209,6 +220,7 @@ def render_index(rows: list[dict], *, now: str | None = None) -> str:
             "budget (s)",
             "items",
             "result",
+            "plan",
             "audit of the records",
         ],
         [
@@ -225,6 +237,7 @@ def render_index(rows: list[dict], *, now: str | None = None) -> str:
                 r["budget_seconds"],
                 r["outcome"],
                 r["headline"] or "",
+                plan_note(r),
                 r["audit"],
             ]
             for r in rows
