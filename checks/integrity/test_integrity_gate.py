@@ -165,6 +165,30 @@ def test_an_approval_that_was_never_committed_is_refused_even_when_git_ignores_i
 # -- one approval, one run; one attempt -------------------------------------------------------
 
 
+def test_two_approvals_of_one_run_id_at_once_keep_the_first_and_refuse_the_second(toy, monkeypatch):
+    """Another ``prereg approve`` of the same run id writes its record once this one has
+    judged its gate: this one is refused and the other's record is kept byte for byte."""
+    from prereg.decisions import approval
+
+    theirs = toy.root / "plans" / "approvals" / f"{RUN}.json"
+    judge = approval.gate.check
+
+    def other_approve_meanwhile(*args, **kwargs):
+        refusals = judge(*args, **kwargs)
+        theirs.write_text('{"written": "by the other approve"}\n')
+        return refusals
+
+    monkeypatch.setattr(approval.gate, "check", other_approve_meanwhile)
+    plan = Path("plans") / "TOY_PLAN.json"
+    with pytest.raises(approval.ApprovalError, match="written by another prereg approve"):
+        approval.create_approval(
+            toy.root, stage="toy", run_id=RUN, plan_path=plan, inputs={}, use_runs={},
+            accept_deviations=True,
+        )  # fmt: skip
+    assert theirs.read_text() == '{"written": "by the other approve"}\n'
+    assert sorted(p.name for p in theirs.parent.iterdir()) == [theirs.name]
+
+
 def test_moving_the_run_folder_away_does_not_buy_a_second_run(approved_toy, tmp_path):
     toy = approved_toy
     assert toy.pytest("--research-stage=toy").returncode == 0

@@ -108,12 +108,21 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
 
 
-def write_json(path: Path, value: Any) -> None:
-    """Write canonical JSON atomically (temporary file, then rename): a crash leaves the old file."""
+def write_json(path: Path, value: Any, *, exclusive: bool = False) -> None:
+    """Write canonical JSON atomically (temporary file, then rename): a crash leaves the old file.
+
+    ``exclusive``: the file must not exist; it is linked into place, which fails with
+    :class:`FileExistsError` (and writes nothing) when another writer made it first."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(canonical_json(value), encoding="utf-8")
-    os.replace(tmp, path)
+    if not exclusive:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    finally:
+        tmp.unlink()
 
 
 class _JsonRefusal(ValueError):

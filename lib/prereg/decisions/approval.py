@@ -521,7 +521,13 @@ def create_approval(
     refusals = gate.check(facts, gate.APPROVE_CONDITIONS)
     if refusals:
         raise ApprovalError("\n  ".join(str(r) for r in refusals))
-    write_json(contained(root, record_path), record)
+    try:
+        write_json(contained(root, record_path), record, exclusive=True)
+    except FileExistsError:
+        raise ApprovalError(
+            f"{record_path.relative_to(root)} was written by another prereg approve meanwhile: "
+            "one approval per run id; it is kept as that one wrote it"
+        ) from None
     return record_path
 
 
