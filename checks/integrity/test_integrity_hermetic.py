@@ -58,6 +58,8 @@ def test_cell(cell, research, pytestconfig):
         "project": str(project_root(pytestconfig)),
         "environ": sorted(os.environ),
         "sys_path": sys.path,
+        "home": str(Path.home()),
+        "tmp": __import__("tempfile").gettempdir(),
     }))
     bad = research.parameters["misbehave"]
     if cell == bad["cell"] and bad["how"] == "edit-snapshot":
@@ -67,6 +69,12 @@ def test_cell(cell, research, pytestconfig):
             handle.write("# appended during the run\\n")
     if cell == bad["cell"] and bad["how"] == "breakpoint":
         breakpoint()
+    if cell == bad["cell"] and bad["how"] == "pdb":
+        import pdb
+        pdb.set_trace()
+    if cell == bad["cell"] and bad["how"] == "Pdb":
+        import pdb
+        pdb.Pdb().runcall(print, "typed at a prompt")
 """
 
 
@@ -105,6 +113,10 @@ def test_a_run_executes_the_committed_snapshot_in_an_allow_listed_environment(tm
     assert not folder.exists(), "the snapshot is deleted when the session ends"
     leaked = {"SECRET_TOKEN", "PYTEST_ADDOPTS", "PYTHONPATH", "GIT_AUTHOR_NAME"}
     assert leaked.isdisjoint(probe["environ"]), probe["environ"]
+    # A home and a temporary folder of its own, beside the snapshot and deleted with it.
+    scratch = snapshots.scratch(folder)
+    assert (Path(probe["home"]), Path(probe["tmp"])) == (scratch / "home", scratch / "tmp")
+    assert not scratch.exists()
     assert manifest["environment"]["execution"]["PYTEST_ADDOPTS"] is None
     audit = toy.audit(RUN)
     assert audit.returncode == 0, audit.stdout
@@ -152,13 +164,25 @@ def test_a_snapshot_changed_during_the_run_ends_it_incomplete_and_is_an_audit_fi
     assert "environment.snapshot.tree_at_end: the snapshot the run executed changed" in audit.stdout
 
 
-def test_breakpoint_in_an_item_refuses_instead_of_prompting(tmp_path):
-    toy = _probe_repo(tmp_path / "p", how="breakpoint")
-    done = toy.pytest("--research-stage=toy")
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "two-workers"])
+@pytest.mark.parametrize("how", ["breakpoint", "pdb", "Pdb"])
+def test_every_debugger_entry_in_an_item_refuses_and_reads_no_pdbrc(tmp_path, how, workers):
+    """breakpoint(), pdb.set_trace() and a Pdb run by hand refuse, in the session and in
+    each worker; the user's ~/.pdbrc, whose commands would have replaced the results, is
+    never read (the run has a home of its own)."""
+    toy = _probe_repo(tmp_path / "p", how=how)
+    home = tmp_path / "home"
+    home.mkdir()
+    marker = tmp_path / "pdbrc-ran"
+    (home / ".pdbrc").write_text(
+        f"import pathlib; pathlib.Path({str(marker)!r}).touch()\ncontinue\n"
+    )
+    done = toy.pytest("--research-stage=toy", *workers, env={"HOME": str(home)})
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "breakpoint() is disabled in a research run" in done.stdout
+    assert hermetic.DEBUGGER_REFUSED in done.stdout, done.stdout
     failed = [i for i in toy.manifest(RUN)["items"] if i["outcome"] != "passed"]
     assert [i["nodeid"] for i in failed] == ["experiments/test_toy.py::test_cell[cell1]"]
+    assert not marker.exists()
 
 
 EVIL = """
@@ -353,6 +377,7 @@ variable_names = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ_", min_size=1, max
             variable_names.map(lambda n: "PYTEST_" + n),
             variable_names.map(lambda n: "GIT_" + n),
             st.sampled_from(hermetic.PASSED_VARIABLES),
+            st.sampled_from(["HOME", "TMPDIR", hermetic.CACHE_HOME, gitrepo.USER_HOME]),
         ),
         st.text(max_size=8),
     )
@@ -360,12 +385,19 @@ variable_names = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ_", min_size=1, max
 def test_a_session_environment_passes_only_the_allow_list_and_its_own(environ):
     folder = Path("/tmp/prereg-snapshot-x")
     env = hermetic.session_environment(folder, environ)
-    own = {**hermetic.SESSION_VARIABLES, "HYPOTHESIS_STORAGE_DIRECTORY": ""}
+    own = {**hermetic.SESSION_VARIABLES, **hermetic.CACHE_VARIABLES, **hermetic.PRIVATE_FOLDERS}
+    own |= {hermetic.CACHE_HOME: "", gitrepo.USER_HOME: ""}
     assert set(env) <= set(hermetic.PASSED_VARIABLES) | set(own)
     for name in set(env) & set(hermetic.PASSED_VARIABLES):
         assert env[name] == environ[name]
     assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
     assert not Path(env["HYPOTHESIS_STORAGE_DIRECTORY"]).is_relative_to(folder)
+    for name, sub in hermetic.PRIVATE_FOLDERS.items():  # never the user's
+        assert env[name] == str(snapshots.scratch(folder) / sub)
+    home = environ.get("HOME") or None
+    assert env.get(gitrepo.USER_HOME) == home
+    cache = environ.get(hermetic.CACHE_HOME) or (home and str(Path(home, ".cache")))
+    assert env.get(hermetic.CACHE_HOME) == (cache or None)
 
 
 def test_the_session_command_runs_the_snapshot_isolated_with_checkout_paths_translated(tmp_path):

@@ -58,15 +58,23 @@ class MissingObject(GitError):
     """An object the repository does not have (a shallow history's boundary, a bad id)."""
 
 
+# The user's home, set in a process whose HOME is a private one (a hermetic session): git
+# reads the user's own configuration (credential helpers) from there.
+USER_HOME = "PREREG_USER_HOME"
+
+
 def environment(*, user_config: bool = False) -> dict[str, str]:
     """This process's environment without any ``GIT_*`` variable, plus the sanitising ones;
-    ``user_config`` keeps the user's global configuration (for their name, nothing else)."""
+    ``user_config`` keeps the user's global configuration (their name, their credential
+    helpers for a remote), read from the user's home (:data:`USER_HOME`, else ``HOME``)."""
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("GIT_")}
     env["GIT_CONFIG_GLOBAL"] = os.devnull
     if user_config:
         env.pop("GIT_CONFIG_GLOBAL")
         if "GIT_CONFIG_GLOBAL" in os.environ:
             env["GIT_CONFIG_GLOBAL"] = os.environ["GIT_CONFIG_GLOBAL"]
+        if os.environ.get(USER_HOME):
+            env["HOME"] = os.environ[USER_HOME]
     env.update(
         GIT_CONFIG_NOSYSTEM="1",
         GIT_NO_REPLACE_OBJECTS="1",

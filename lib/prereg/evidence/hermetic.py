@@ -7,7 +7,8 @@ record) into a fresh read-only folder (:mod:`prereg.records.snapshot`), and repl
 interpreter (``python -I -B``) started in the snapshot by :mod:`prereg.runtime.hermetic_boot`,
 
 * with an allow-listed environment (:data:`PASSED_VARIABLES`: the thread variables, a
-  locale, ``PATH``, ``HOME``, the temporary folder, terminal width); never
+  locale, ``PATH``, terminal width), a home and temporary folder of its own
+  (:data:`PRIVATE_FOLDERS`) and the user's cache folder (:data:`CACHE_HOME`); never
   ``PYTHONPATH``, ``PYTEST_ADDOPTS``, ``PYTEST_PLUGINS`` or ``GIT_*``;
 * with pytest's plugin autoload off and the installed plugins loaded by name
   (:func:`plugin_arguments`: the ``pytest11`` entry points that the environment lock
@@ -32,7 +33,7 @@ import sys
 from pathlib import Path
 
 import prereg
-from prereg.base import provenance
+from prereg.base import gitrepo, provenance
 from prereg.records import snapshot
 
 # The internal option naming the checkout a session writes its run into. Typed by hand in a
@@ -41,7 +42,7 @@ CHECKOUT_OPTION = "--prereg-checkout"
 PASSED_VARIABLES = (
     *provenance.THREAD_VARIABLES,
     "LANG", "LC_ALL", "LC_CTYPE", "TZ",
-    "PATH", "HOME", "USER", "LOGNAME", "TMPDIR",
+    "PATH", "USER", "LOGNAME",
     "TERM", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR",
     # Older OpenBLAS builds compute wrong results or crash on some processors without these.
     "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
@@ -56,6 +57,13 @@ SESSION_VARIABLES = {
 }
 # Caches libraries keep in the current folder, pointed beside the snapshot: variable -> folder.
 CACHE_VARIABLES = {"HYPOTHESIS_STORAGE_DIRECTORY": "hypothesis"}
+# The session's own home and temporary folder, empty folders of the scratch folder beside its
+# snapshot (made by :func:`private_world`): no dotfile of the user's (``~/.pdbrc``, what a
+# kind reads from ``Path.home()``) and no other process's temporary file reaches a run.
+PRIVATE_FOLDERS = {"HOME": "home", "TMPDIR": "tmp"}
+# The user's cache folder by its resolved path (``XDG_CACHE_HOME``, else ``~/.cache``): the
+# caches keyed by content (the GRU kernel's builds, libraries' model caches) stay warm.
+CACHE_HOME = "XDG_CACHE_HOME"
 # Plugins a session never loads: they would write into the snapshot (.pytest_cache).
 BLOCKED_PLUGINS = ("cacheprovider", "stepwise")
 BOOT = "hermetic_boot.py"
@@ -76,6 +84,32 @@ SET_BY_XDIST_PREFIX = "PYTEST_XDIST_"
 SET_BY_LIBRARIES = ("KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "TORCHINDUCTOR_CACHE_DIR")
 
 
+# What every way into a debugger says in a research run (the boot says it too, before
+# prereg is imported).
+DEBUGGER_REFUSED = (
+    "a debugger (breakpoint(), pdb) is disabled in a research run: code typed at its prompt "
+    "would run unrecorded; rehearse the stage outside a research run to debug it"
+)
+
+
+def refuse_debuggers() -> None:
+    """Make every way into a debugger in this process raise :data:`DEBUGGER_REFUSED`:
+    ``breakpoint()``, ``pdb.set_trace()`` (pytest's too), a ``pdb.Pdb`` or other ``bdb``
+    debugger set or run by hand, and a post-mortem. A prompt would read the user's
+    ``.pdbrc`` and run whatever is typed, unrecorded."""
+    # pdb, bdb: only in a research run's processes (a software run never loads them here)
+    import bdb
+    import pdb  # noqa: T100 -- to disable it
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError(DEBUGGER_REFUSED)
+
+    sys.breakpointhook = refuse
+    for name in ("set_trace", "run", "runeval", "runcall"):
+        setattr(bdb.Bdb, name, refuse)
+    pdb.Pdb.interaction = refuse
+
+
 def boot_script(package: Path) -> Path:
     """The boot script (:data:`BOOT`, a file of :mod:`prereg.runtime` run by path) of the
     prereg package in folder ``package``."""
@@ -85,6 +119,7 @@ def boot_script(package: Path) -> Path:
 def foreign_variables(names) -> list[str]:
     """The names in ``names`` that a session started by the launcher never has."""
     own = {*PASSED_VARIABLES, *SESSION_VARIABLES, *CACHE_VARIABLES, *SET_BY_PYTEST}
+    own |= {*PRIVATE_FOLDERS, CACHE_HOME, gitrepo.USER_HOME}
     own.add(SIGTERM_HANDOFF)
     return sorted(n for n in names if n not in own and not n.startswith(SET_BY_XDIST_PREFIX))
 
@@ -122,7 +157,20 @@ def session_environment(folder: Path, environ: dict[str, str] | None = None) -> 
     would otherwise write ``.hypothesis/`` into the snapshot and change its tree."""
     environ = os.environ if environ is None else environ
     kept = {name: environ[name] for name in PASSED_VARIABLES if name in environ}
-    return {**kept, **SESSION_VARIABLES, **cache_variables(folder)}
+    own = {name: str(snapshot.scratch(folder) / sub) for name, sub in PRIVATE_FOLDERS.items()}
+    home = environ.get("HOME")
+    if home:
+        own[gitrepo.USER_HOME] = home
+    cache = environ.get(CACHE_HOME) or (home and str(Path(home, ".cache")))
+    if cache:
+        own[CACHE_HOME] = cache
+    return {**kept, **SESSION_VARIABLES, **cache_variables(folder), **own}
+
+
+def private_world(folder: Path) -> None:
+    """Make the session's own folders (:data:`PRIVATE_FOLDERS`) beside snapshot ``folder``."""
+    for sub in PRIVATE_FOLDERS.values():
+        (snapshot.scratch(folder) / sub).mkdir(parents=True, exist_ok=True)
 
 
 def cache_variables(folder: Path) -> dict[str, str]:

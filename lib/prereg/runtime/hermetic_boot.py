@@ -23,9 +23,10 @@ ENVIRONMENT_AT_START = tuple(sorted(os.environ))
 
 
 def _no_debugger(*args, **kwargs):
-    raise RuntimeError(
-        "breakpoint() is disabled in a research run: code typed at a debugger prompt would run "
-        "unrecorded; rehearse the stage outside a research run to debug it"
+    raise RuntimeError(  # as prereg.evidence.hermetic.DEBUGGER_REFUSED, which every process of
+        # the run sets once prereg's plugin is configured
+        "a debugger (breakpoint(), pdb) is disabled in a research run: code typed at its prompt "
+        "would run unrecorded; rehearse the stage outside a research run to debug it"
     )
 
 

@@ -65,6 +65,7 @@ def launch(config: pytest.Config) -> None:
         refusal = gate.Refusal("hermetic", f"the approved commit cannot be run: {err}")
         refuse(config, settings, record, [refusal])
     try:
+        hermetic.private_world(snapshot.folder)
         lock = record.data.get("environment_lock") or {}
         loaded, blocked = entry_point_plugins(config, lock.get("distributions") or {})
         argv = hermetic.command(
@@ -128,3 +129,5 @@ def configure(config: pytest.Config) -> None:
             "another pytest session"
         )
     config.stash[SETTINGS] = settings
+    if settings.run_id is not None:  # the session, its listing, its workers; not a rehearsal
+        hermetic.refuse_debuggers()
