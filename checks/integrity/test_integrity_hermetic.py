@@ -344,6 +344,35 @@ def test_approving_a_commit_that_holds_a_symbolic_link_is_refused(tmp_path):
     assert not (toy.root / "plans" / "approvals" / f"{RUN}.json").exists()
 
 
+def test_the_snapshots_of_ended_processes_are_swept_by_the_next_materialise(tmp_path):
+    """A launcher or an audit killed by SIGKILL leaves its snapshot behind: the next
+    snapshot made in the same folder deletes it, and deletes no snapshot whose maker still
+    runs, one whose maker's pid now belongs to another process, or one with no owner."""
+    root = _repo(tmp_path / "r")
+    (root / "stage.py").write_text("x = 1\n")
+    commit = _commit(root)
+    parent = tmp_path / "tmp"
+    parent.mkdir()
+    mine = snapshots.materialise(root, commit, parent)
+    owner = snapshots.scratch(mine.folder) / snapshots.OWNER
+    assert owner.read_text() == snapshots.process_identity(os.getpid())
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    killed, reused, unowned = (snapshots.materialise(root, commit, parent) for _ in range(3))
+    (snapshots.scratch(killed.folder) / snapshots.OWNER).write_text(f"{ended.pid} 1")
+    (snapshots.scratch(reused.folder) / snapshots.OWNER).write_text(f"{os.getpid()} 1")
+    (snapshots.scratch(unowned.folder) / snapshots.OWNER).unlink()
+    swept = snapshots.sweep(parent)
+    assert sorted(swept) == sorted([killed.folder, reused.folder])
+    for gone in (killed, reused):
+        assert not gone.folder.exists() and not snapshots.scratch(gone.folder).exists()
+    assert mine.folder.is_dir() and unowned.folder.is_dir()
+    assert snapshots.read_folder(mine.folder)[0] == mine.tree  # the owner is not in the tree
+    for made in (mine, unowned):
+        snapshots.remove(made.folder)
+    assert list(parent.iterdir()) == []
+
+
 def test_a_corrupt_object_stops_the_snapshot(tmp_path):
     """A blob's object file rewritten in place with other content under the same id."""
     import zlib

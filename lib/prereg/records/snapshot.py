@@ -8,6 +8,10 @@ ignored folders, edits) reaches it. :func:`read_folder` recomputes the git tree 
 the bytes on disk, so a run can say which tree ran and the audit can compare it with
 the source commit's tree.
 
+Beside each snapshot, its scratch folder (:func:`scratch`) holds :data:`OWNER`, the process
+that made it; :func:`sweep`, run by every :func:`materialise`, deletes the snapshots whose
+owner has ended without deleting its own (SIGKILL, a crash during a launch).
+
 Only regular files (modes 100644 and 100755) are materialised. A committed symbolic
 link or submodule is refused: a link could lead out of the snapshot, and a submodule's
 content is not part of the commit's bytes.
@@ -29,6 +33,8 @@ FILE_MODES = dict(zip(gitrepo.REGULAR_FILE_MODES, (0o444, 0o555)))
 TREE_MODE = "40000"
 NOT_A_SNAPSHOT = "(not a snapshot folder)"
 PREFIX = "prereg-snapshot-"
+SCRATCH_SUFFIX = "-scratch"
+OWNER = "owner"  # in the scratch folder: "<pid> <start time>" of the process that made it
 
 
 class SnapshotError(RuntimeError):
@@ -45,11 +51,15 @@ class Snapshot:
 
 
 def materialise(root: Path, commit: str, parent: Path | None = None) -> Snapshot:
-    """Write ``commit``'s tree of the repository at ``root`` into a new read-only folder."""
+    """Write ``commit``'s tree of the repository at ``root`` into a new read-only folder
+    (after sweeping the snapshots of ended processes from the same parent folder)."""
+    sweep(parent)
     folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{commit[:12]}-", dir=parent))
     blobs: dict[str, str] = {}
     folders: list[Path] = []
     try:
+        scratch(folder).mkdir()
+        (scratch(folder) / OWNER).write_text(process_identity(os.getpid()) or str(os.getpid()))
         with gitrepo.ObjectReader(root) as objects:
             algorithm = objects.algorithm
             tree = objects.commit_tree(commit)
@@ -166,19 +176,55 @@ def differences(folder: Path, root: Path, commit: str) -> list[str]:
 
 
 def scratch(folder: Path) -> Path:
-    """The writable folder beside a snapshot for caches its session's libraries keep."""
-    return Path(folder).with_name(Path(folder).name + "-scratch")
+    """The writable folder beside a snapshot: its :data:`OWNER`, and the session's home,
+    temporary folder and the caches its libraries keep."""
+    return Path(folder).with_name(Path(folder).name + SCRATCH_SUFFIX)
 
 
 def remove(folder: Path) -> None:
-    """Delete a snapshot folder (its read-only modes first made writable again) and its
-    scratch folder."""
+    """Delete a snapshot folder (its read-only modes first made writable again), then its
+    scratch folder (whose :data:`OWNER` lets :func:`sweep` finish a removal cut short)."""
     folder = Path(folder)
+    if folder.exists():
+        for top, dirs, _files in os.walk(folder):
+            for name in dirs:
+                os.chmod(os.path.join(top, name), 0o755)
+        folder.chmod(0o755)
+        shutil.rmtree(folder, ignore_errors=True)
     shutil.rmtree(scratch(folder), ignore_errors=True)
-    if not folder.exists():
-        return
-    for top, dirs, _files in os.walk(folder):
-        for name in dirs:
-            os.chmod(os.path.join(top, name), 0o755)
-    folder.chmod(0o755)
-    shutil.rmtree(folder, ignore_errors=True)
+
+
+def process_identity(pid: int) -> str | None:
+    """``"<pid> <start time>"`` of a running process (Linux: its start in clock ticks since
+    boot, so a reused pid is another process), ``"<pid>"`` where the start time cannot be
+    read, None when no process has that pid."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:  # another user's process: it runs
+            pass
+        return str(pid)
+    return f"{pid} {fields[19]}"  # field 22 of /proc/<pid>/stat, starttime
+
+
+def sweep(parent: Path | None = None) -> list[Path]:
+    """Delete every snapshot in ``parent`` (default: the temporary folder) whose scratch
+    folder names an owner that no longer runs; return the snapshot folders. A snapshot
+    with no owner recorded (an older prereg's, or one being made) is left alone."""
+    removed = []
+    for place in Path(parent or tempfile.gettempdir()).glob(f"{PREFIX}*{SCRATCH_SUFFIX}"):
+        try:
+            owner = (place / OWNER).read_text().strip()
+        except OSError:
+            continue
+        pid = owner.split(" ")[0]
+        if not pid.isdigit() or process_identity(int(pid)) == owner:
+            continue
+        folder = place.with_name(place.name[: -len(SCRATCH_SUFFIX)])
+        remove(folder)
+        removed.append(folder)
+    return removed
