@@ -2,9 +2,9 @@
 
 The attack: a ``pytest11`` plugin ``pip install``-ed after approval is autoloaded by pytest and
 may rewrite any output, and nothing the approval bound had changed. The environment lock
-(:mod:`prereg.evidence.envlock`) binds every installed distribution's name, version and RECORD entries,
-so the added distribution is a difference naming it. A trap: a byte-identical reinstall from
-another temporary copy of a package differs only in the installer's bookkeeping
+(:mod:`prereg.evidence.envlock`) binds every installed distribution's name, version and RECORD
+entries, so the added distribution is a difference naming it. A trap: a byte-identical reinstall
+from another temporary copy of a package differs only in the installer's bookkeeping
 (``direct_url.json`` names the copy), which neither the lock nor an extension's binding counts.
 These checks install real wheels with pip into a scratch site folder.
 """

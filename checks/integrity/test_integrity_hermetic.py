@@ -194,8 +194,9 @@ prereg.evidence.execution.problems = lambda *args, **kwargs: []
 
 
 def test_a_gate_switched_off_from_inside_the_run_is_found_by_the_audit(tmp_path):
-    """A plugin from outside the checkout that replaces ``prereg.decisions.gate.check`` runs a session
-    in the working tree: nothing refuses, but the audit re-judges the recorded conditions."""
+    """A plugin from outside the checkout that replaces ``prereg.decisions.gate.check`` runs a
+    session in the working tree: nothing refuses, but the audit re-judges the recorded
+    conditions."""
     toy = _probe_repo(tmp_path / "p")
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -48,7 +48,8 @@ def test_interval_matches_scipy_t_interval(values, alpha, m, f):
 
 def test_hand_computed_reference():
     # Three values 1, 2, 3: mean 2, s = 1; t(0.975, 2) = 4.302652729749464 (t tables,
-    # e.g. NIST handbook table 1.3.6.7.2 gives 4.303); half-width 4.30265 / sqrt(3) = 4.302652729749464 / 1.7320508075688772 = 2.48413771175.
+    # e.g. NIST handbook table 1.3.6.7.2 gives 4.303); half-width 4.30265 / sqrt(3) =
+    # 4.302652729749464 / 1.7320508075688772 = 2.48413771175.
     result = replicate_mean_t_interval([1.0, 2.0, 3.0], alpha=0.05, family_size=1, inflation=1)
     assert result.critical == pytest.approx(4.302652729749464, rel=1e-12)
     assert result.half_width == pytest.approx(2.4841377117503303, rel=1e-12)

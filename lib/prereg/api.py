@@ -30,9 +30,9 @@ Replay
 Summary and report
     :func:`collect_items`, :func:`summarise_items`, :func:`render_summary`,
     :func:`headline_from`, and
-    :mod:`html` (:mod:`prereg.kinds.report.html`) and :mod:`plots` (:mod:`prereg.kinds.report.plots`,
-    matplotlib figures as PNG data URIs; matplotlib is imported on use) for a section of
-    one's own.
+    :mod:`html` (:mod:`prereg.kinds.report.html`) and :mod:`plots`
+    (:mod:`prereg.kinds.report.plots`, matplotlib figures as PNG data URIs; matplotlib is imported
+    on use) for a section of one's own.
 Seeds
     :func:`derivation`, :func:`seed`, :func:`numpy_generator`, :func:`torch_generator`
     (:mod:`prereg.base.seeds`), :func:`torch_seeded` (torch's global generator, forked).

@@ -94,7 +94,8 @@ class ScratchProject:
     def approve(
         self, stage: str, run_id: str, *extra: str, check: bool = True
     ) -> subprocess.CompletedProcess:
-        """``prereg approve`` naming this machine's deviations; commit the record when it succeeds."""
+        """``prereg approve`` naming this machine's deviations; commit the record when it
+        succeeds."""
         done = self.prereg(
             "approve",
             "--stage",

@@ -41,7 +41,8 @@ def write_entry(archive: zipfile.ZipFile, name: str, payload: bytes) -> None:
 
 
 def npz_bytes(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | None = None) -> bytes:
-    """A deterministic ``.npz``: optional ``metadata.json`` first, then arrays in sorted name order."""
+    """A deterministic ``.npz``: optional ``metadata.json`` first, then arrays in sorted name
+    order."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         if metadata is not None:

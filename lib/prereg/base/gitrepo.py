@@ -5,10 +5,10 @@ Every git command goes through :func:`run`: it drops every ``GIT_*`` variable (s
 point git elsewhere), reads neither the system nor the global configuration, ignores
 replace refs, and overrides the settings of the repository's own configuration that run
 programs or change what git reports (fsmonitor, hooks, the untracked cache, the commit
-graph; diff commands get ``--no-ext-diff --no-textconv``). Objects are read through :class:`ObjectReader`, which checks
-that each object's bytes hash to its name, so a rewritten file in ``.git/objects``
-is an error, not an answer. What a file *is* comes from comparing its bytes with the
-committed blob (:func:`dirty_paths`), never from the index's flags, filters or fsmonitor.
+graph; diff commands get ``--no-ext-diff --no-textconv``). Objects are read through
+:class:`ObjectReader`, which checks that each object's bytes hash to its name, so a rewritten file
+in ``.git/objects`` is an error, not an answer. What a file *is* comes from comparing its bytes
+with the committed blob (:func:`dirty_paths`), never from the index's flags, filters or fsmonitor.
 """
 
 from __future__ import annotations
@@ -294,7 +294,8 @@ class ObjectReader:
         return [value for key, value in self.commit_headers(oid) if key == "parent"]
 
     def tree_entries(self, tree_oid: str) -> list[tuple[str, str, str, str]]:
-        """``(mode, type, id, name)`` of each entry of tree ``tree_oid`` (see :func:`parse_tree`)."""
+        """``(mode, type, id, name)`` of each entry of tree ``tree_oid`` (see
+        :func:`parse_tree`)."""
         try:
             return parse_tree(self.read_kind(tree_oid, "tree"), self.id_length)
         except GitError as err:

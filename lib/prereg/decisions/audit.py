@@ -508,7 +508,8 @@ def _required_runs(ev: Evidence) -> list[tuple[str, dict]]:
 
 
 def _read_ledger(ev: Evidence) -> dict:
-    """The records :mod:`prereg.records.ledger` keeps in git for this run, its stage and its inputs."""
+    """The records :mod:`prereg.records.ledger` keeps in git for this run, its stage and its
+    inputs."""
     run_id = ev.run_id
     if not ev.git_answers or run_id is None:
         return {}
@@ -825,9 +826,10 @@ def check_unbound_kind(ev: Evidence) -> list[str]:
 def check_execution(ev: Evidence) -> list[str]:
     """Re-judge, from the manifest, the conditions under which the run's code ran: it ran
     from a snapshot whose tree is the source commit's, at the start and at the end
-    (:func:`prereg.records.snapshot.tree_mismatch`), its recorded execution escapes neither the snapshot nor
-    the installed packages (:func:`prereg.evidence.execution.recorded_problems`), and the execution
-    condition judged again after the items ran found nothing (``execution_at_end``)."""
+    (:func:`prereg.records.snapshot.tree_mismatch`), its recorded execution escapes neither the
+    snapshot nor the installed packages (:func:`prereg.evidence.execution.recorded_problems`), and
+    the execution condition judged again after the items ran found nothing
+    (``execution_at_end``)."""
     env = (ev.manifest or {}).get("environment")
     if not isinstance(env, dict) or not ev.source_checked:
         return []

@@ -495,8 +495,8 @@ class Gathered:
 
     facts: Facts
     plan: object = None
-    # A session's recorded execution (prereg.evidence.execution.record), judged here and written into
-    # the manifest as it is, so the audit judges the very record the gate judged.
+    # A session's recorded execution (prereg.evidence.execution.record), judged here and written
+    # into the manifest as it is, so the audit judges the very record the gate judged.
     execution: dict | None = None
     # The environment the execution condition was judged against (prereg.evidence.execution).
     environment: execution.Environment | None = None

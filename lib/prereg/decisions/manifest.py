@@ -69,7 +69,8 @@ def start_record(
     root: Path,
     remote_ledgers: list[dict],
 ) -> dict:
-    """What ``start.json`` holds; its canonical bytes are also recorded in git (:mod:`prereg.records.ledger`)."""
+    """What ``start.json`` holds; its canonical bytes are also recorded in git
+    (:mod:`prereg.records.ledger`)."""
     return {
         "stage": stage,
         "run_id": run_id,
@@ -341,12 +342,14 @@ def hash_item_folders(
 def environment(
     plugins: dict[str, list[str]], imported: dict[str, str], threads: dict, execution: dict
 ) -> dict:
-    """The manifest's ``environment``; ``execution`` is :func:`prereg.evidence.execution.record` at the gate.
+    """The manifest's ``environment``; ``execution`` is :func:`prereg.evidence.execution.record` at
+    the gate.
 
     ``extensions``: every installed extension (stage kind, law family, harness kind) this
     controller loaded, e.g. while the gate parsed the kind's settings or the summary ran:
-    group -> name -> distribution, entry point and file (:func:`prereg.kinds.registry.loaded_origins`;
-    the project's built-in entries are tracked code and never listed).
+    group -> name -> distribution, entry point and file
+    (:func:`prereg.kinds.registry.loaded_origins`; the project's built-in entries are tracked code
+    and never listed).
     """
     return {
         "interpreter": sys.executable,

@@ -86,7 +86,8 @@ def _end_line(node: tree_sitter.Node) -> int:
 
 
 def _receiver_type_name(receiver: tree_sitter.Node) -> str | None:
-    """``Runner`` for receivers ``(r Runner)``, ``(r *Runner)``, ``(r *Runner[T])``, ``(*(Runner))``."""
+    """``Runner`` for receivers ``(r Runner)``, ``(r *Runner)``, ``(r *Runner[T])``,
+    ``(*(Runner))``."""
     declarations = [c for c in receiver.named_children if c.type == "parameter_declaration"]
     if not declarations:
         return None

@@ -7,8 +7,8 @@ approval (a ``pytest11`` plugin autoloaded at every pytest start, say) therefore
 under that approval.
 
 What is bound, per distribution in the interpreter's site-packages folders
-(:func:`prereg.evidence.execution.site_dirs`), keyed by its normalised name (PEP 503): its version, and
-the SHA-256 of the RECORD entries that count (:func:`counted_entries`: every ``(path, hash)``
+(:func:`prereg.evidence.execution.site_dirs`), keyed by its normalised name (PEP 503): its version,
+and the SHA-256 of the RECORD entries that count (:func:`counted_entries`: every ``(path, hash)``
 row of RECORD but the installer's bookkeeping, :data:`BOOKKEEPING` in the distribution's own
 ``.dist-info`` folder). Bookkeeping is left out because it says how and from where a package
 was installed, not what it installed: ``direct_url.json`` names the source folder or wheel,
@@ -17,9 +17,9 @@ without a hash (pip's compiled ``__pycache__`` files) count by their path.
 
 The interpreter is bound by its real executable and that file's SHA-256, its version,
 implementation and prefixes (:func:`python`). Of the packages the lock reads RECORD files only
-and hashes no installed file: the execution check (:mod:`prereg.evidence.execution`) already holds every
-loaded file to its RECORD hash, so a file changed behind RECORD's back is refused there, and a
-reinstall with other files changes RECORD, refused here. Reading RECORD files only keeps
+and hashes no installed file: the execution check (:mod:`prereg.evidence.execution`) already holds
+every loaded file to its RECORD hash, so a file changed behind RECORD's back is refused there, and
+a reinstall with other files changes RECORD, refused here. Reading RECORD files only keeps
 the lock cheap (a fraction of a second for an environment holding torch).
 
 Naming the file that differs. Each distribution with at most :data:`ENTRY_LIMIT` entries that
@@ -28,11 +28,11 @@ count only. The lock then names the differing file(s) of small distributions, th
 plugin or an extension comes from, while the approval record stays small (listing every
 file of every distribution would make it megabytes, most of it torch's). Keeping digests
 only and fetching the current entries instead would name no file at all, having nothing
-approved to compare them with. A difference in a large distribution is still refused, naming the distribution, its
-version and both digests and counts; the execution check names any loaded file that differs
-from RECORD. :func:`lock_problems` is a pure function of two locks, so the gate (the lock now
-against the approval's), the audit (the manifest's against the approval's) and the tests use
-it alike.
+approved to compare them with. A difference in a large distribution is still refused, naming the
+distribution, its version and both digests and counts; the execution check names any loaded file
+that differs from RECORD. :func:`lock_problems` is a pure function of two locks, so the gate (the
+lock now against the approval's), the audit (the manifest's against the approval's) and the tests
+use it alike.
 """
 
 from __future__ import annotations

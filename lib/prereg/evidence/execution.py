@@ -342,8 +342,9 @@ class Environment:
 
     @classmethod
     def read(cls, root: Path, snapshot=None) -> Environment:
-        """``snapshot`` (:class:`prereg.records.snapshot.Snapshot`): the code runs from that verified
-        folder, whose files are exactly the approved commit's (``root`` is that folder)."""
+        """``snapshot`` (:class:`prereg.records.snapshot.Snapshot`): the code runs from that
+        verified folder, whose files are exactly the approved commit's (``root`` is that
+        folder)."""
         sites = site_dirs()
         installed = Installed.scan(sites)
         if snapshot is not None:
@@ -975,9 +976,9 @@ def record(
 def environment_problems(record: dict) -> list[str]:
     """Each way a recorded execution's environment (:func:`record`) is not a hermetic
     session's: a variable it started with that the allow-list does not pass, or one its code
-    set besides those the libraries it loads set (:data:`prereg.evidence.hermetic.SET_BY_LIBRARIES`).
-    Part of :func:`recorded_problems`; the session judges it again once the stage kind's own
-    check (which loads libraries) has run."""
+    set besides those the libraries it loads set
+    (:data:`prereg.evidence.hermetic.SET_BY_LIBRARIES`). Part of :func:`recorded_problems`; the
+    session judges it again once the stage kind's own check (which loads libraries) has run."""
     found = []
     foreign = foreign_variables(record.get("environment_names") or ())
     if foreign:

@@ -153,8 +153,8 @@ def session_environment(folder: Path, environ: dict[str, str] | None = None) -> 
     """The session's environment: the allow-listed variables of ``environ``, and its own.
 
     Libraries that keep a cache in the current folder are pointed at the snapshot's scratch
-    folder (:func:`prereg.records.snapshot.scratch`): hypothesis, collected with the software checks,
-    would otherwise write ``.hypothesis/`` into the snapshot and change its tree."""
+    folder (:func:`prereg.records.snapshot.scratch`): hypothesis, collected with the software
+    checks, would otherwise write ``.hypothesis/`` into the snapshot and change its tree."""
     environ = os.environ if environ is None else environ
     kept = {name: environ[name] for name in PASSED_VARIABLES if name in environ}
     own = {name: str(snapshot.scratch(folder) / sub) for name, sub in PRIVATE_FOLDERS.items()}

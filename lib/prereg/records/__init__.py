@@ -5,13 +5,13 @@ snapshot folder (:mod:`.snapshot`) and audit verdicts (:mod:`.verdicts`).
 
 Each record's format string, its schema (:mod:`prereg.base.schema`) and the vocabularies its
 fields take (an item's outcome, an audit's verdict) live here; the modules that write a
-record (:mod:`prereg.decisions.approval`, :mod:`prereg.decisions.manifest`, :mod:`prereg.records.verdicts`, the
-rehearsal controller) and those that read it (:mod:`prereg.decisions.audit`, the report, the status)
-use these definitions. The approval record's place is :func:`approval_record`; the names
-of every file and folder under ``runs/`` (a run folder, ``runs/audits/``,
-``runs/refusals/``, a rehearsal) and the run id's form are here too, and
-:mod:`prereg.records.runs` builds the paths from them. This module imports nothing of prereg but
-:mod:`prereg.base.schema`.
+record (:mod:`prereg.decisions.approval`, :mod:`prereg.decisions.manifest`,
+:mod:`prereg.records.verdicts`, the rehearsal controller) and those that read it
+(:mod:`prereg.decisions.audit`, the report, the status) use these definitions. The approval
+record's place is :func:`approval_record`; the names of every file and folder under ``runs/`` (a
+run folder, ``runs/audits/``, ``runs/refusals/``, a rehearsal) and the run id's form are here too,
+and :mod:`prereg.records.runs` builds the paths from them. This module imports nothing of prereg
+but :mod:`prereg.base.schema`.
 
 The records:
 
@@ -110,7 +110,7 @@ __all__ = [
     "rehearsal_disclosure",
 ]
 
-# -- the names under runs/ and the run id's form (paths built by prereg.records.runs) -----------------
+# -- the names under runs/ and the run id's form (paths built by prereg.records.runs) ---------
 
 # A stage's name, and a run id ``<stage>-YYYYMMDD-NNN``. ASCII only, the whole string:
 # ``[0-9]`` (``\d`` also matches digits such as '٣') and ``\A``/``\Z`` (``$`` also matches
@@ -233,7 +233,8 @@ DISCLOSURE_SCHEMA = {
 
 
 def rehearsal_disclosure(record: dict) -> dict:
-    """The disclosure (:data:`DISCLOSURE_SCHEMA`) of a rehearsal record (:data:`REHEARSAL_SCHEMA`)."""
+    """The disclosure (:data:`DISCLOSURE_SCHEMA`) of a rehearsal record
+    (:data:`REHEARSAL_SCHEMA`)."""
     return {
         "format": DISCLOSURE_FORMAT,
         **{field: record.get(field) for field in DISCLOSURE_SCHEMA if field != "format"},

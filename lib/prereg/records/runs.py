@@ -56,7 +56,8 @@ def valid_run_id(run_id: object) -> bool:
 
 
 def require_run_id(run_id: object) -> str:
-    """``run_id`` if it has the form ``<stage>-YYYYMMDD-NNN``; a path is never built from another."""
+    """``run_id`` if it has the form ``<stage>-YYYYMMDD-NNN``; a path is never built from
+    another."""
     if not valid_run_id(run_id):
         raise RunIdError(
             f"run id {run_id!r} does not have the form <stage>-YYYYMMDD-NNN "
@@ -257,7 +258,8 @@ class RunLayout(RunFolder):
 
     @property
     def verdict(self) -> Path:
-        """``runs/audits/<run-id>.json``: the stored audit verdict (:mod:`prereg.records.verdicts`)."""
+        """``runs/audits/<run-id>.json``: the stored audit verdict
+        (:mod:`prereg.records.verdicts`)."""
         return audits_dir(self.root) / f"{self.run_id}.json"
 
     @property

@@ -99,8 +99,8 @@ def irregular_entry(rel: str, mode: str, commit: str) -> str:
 def tree_mismatch(folder_tree: str, commit_tree: str | None) -> str | None:
     """Why code run from a folder whose tree (:func:`read_folder`) is ``folder_tree`` is not a
     snapshot of the approved commit, whose tree is ``commit_tree``; None when the trees are
-    equal. The gate judges this before a run (:func:`prereg.decisions.gate.hermetic`), the audit again
-    from the manifest."""
+    equal. The gate judges this before a run (:func:`prereg.decisions.gate.hermetic`), the audit
+    again from the manifest."""
     if folder_tree == commit_tree:
         return None
     return (

@@ -83,7 +83,8 @@ def store_path(root: Path, run_dir: Path) -> Path | None:
 
 
 def store(root: Path, run_dir: Path, result: Any) -> Path | None:
-    """Store ``result`` (an :class:`prereg.decisions.audit.AuditResult`) for the run; None if no manifest.
+    """Store ``result`` (an :class:`prereg.decisions.audit.AuditResult`) for the run; None if no
+    manifest.
 
     A store that cannot be written is not an error (the audit stands); returns None then.
     """

@@ -1,12 +1,12 @@
 """RP002A stage 3, ``confirmatory-config``: derive the frozen confirmatory configuration.
 
-One item applies the protocol's fixed rule (:func:`prereg.rp002a.stats.planning.select_sample_count`)
-to the calibration stage's eligibility and the target-variance stage's seven contrast SDs,
-both read from the complete, clean runs the approval consumes (``requires``). Means and
-effect sizes are never inputs. The configuration records which branch fired (``precise``,
-``resource-limited``, or ``no-eligible-count``: then no confirmation may run), binds the
-input runs by SHA-256 (manifests, approvals, summaries, source commits), and lists the
-dependencies of the final configuration separately hashed.
+One item applies the protocol's fixed rule
+(:func:`prereg.rp002a.stats.planning.select_sample_count`) to the calibration stage's eligibility
+and the target-variance stage's seven contrast SDs, both read from the complete, clean runs the
+approval consumes (``requires``). Means and effect sizes are never inputs. The configuration
+records which branch fired (``precise``, ``resource-limited``, or ``no-eligible-count``: then no
+confirmation may run), binds the input runs by SHA-256 (manifests, approvals, summaries, source
+commits), and lists the dependencies of the final configuration separately hashed.
 
 The complete-stage summary copies it to ``summary/CONFIRMATORY_CONFIG.json`` and to the
 plan's ``output`` path (``plans/CONFIRMATORY_CONFIG.json``), which the researcher commits;

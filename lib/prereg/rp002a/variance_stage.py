@@ -170,7 +170,8 @@ def load_summary(run_dir: Path) -> dict:
 def replay_unit(
     shared: SharedSettings, unit: unitlib.Unit, folder: Path, namespace: str
 ) -> list[str]:
-    """Regenerate data, refit B0, reload weights and predict, recompute the analysis: no training."""
+    """Regenerate data, refit B0, reload weights and predict, recompute the analysis: no
+    training."""
     # prereg.rp002a.training imports torch (the training extra, optional)
     from prereg.rp002a.training import load_weights, predict_probabilities
 

@@ -38,7 +38,8 @@ def eta_seconds(done: int, total: int, elapsed: float) -> float | None:
 def finished_line(
     *, nodeid: str, outcome: str, seconds: float, done: int, total: int, elapsed: float
 ) -> str:
-    """``prereg item 12/135 passed test_cell[T01-H000-s0] in 3.2 s; 1 min 10 s elapsed, ETA ...``."""
+    """``prereg item 12/135 passed test_cell[T01-H000-s0] in 3.2 s; 1 min 10 s elapsed, ETA
+    ...``."""
     name = nodeid.rsplit("::", 1)[-1]
     left = eta_seconds(done, total, elapsed)
     if left is None:

@@ -30,8 +30,9 @@ def entry_point_plugins(
 ) -> tuple[list[str], list[str]]:
     """The installed (``pytest11``) plugins loaded here by their entry-point names, and the
     names blocked with ``-p no:NAME``. With ``locked`` (the distributions of the approval's
-    environment lock: normalised name -> its entry), only plugins of distributions it holds at that version count: one
-    installed after approval is never loaded by a session (and the gate refuses it)."""
+    environment lock: normalised name -> its entry), only plugins of distributions it holds at that
+    version count: one installed after approval is never loaded by a session (and the gate refuses
+    it)."""
     manager = config.pluginmanager
     loaded = [
         manager.get_name(plugin)
@@ -45,9 +46,9 @@ def entry_point_plugins(
 
 class Listing:
     """The stage's full item set, listed at the gate by a clean session started like this one
-    (:mod:`prereg.evidence.hermetic`: the snapshot, its environment, the approved plugins) but without
-    its options, PYTEST_ADDOPTS, xdist, the stepwise and cache plugins or any conftest.py: the
-    stage's items are what its module alone collects, so a conftest hook that drops, repeats
+    (:mod:`prereg.evidence.hermetic`: the snapshot, its environment, the approved plugins) but
+    without its options, PYTEST_ADDOPTS, xdist, the stepwise and cache plugins or any conftest.py:
+    the stage's items are what its module alone collects, so a conftest hook that drops, repeats
     or adds items differs from the listing and is refused. It writes no file but its list (a
     log file or debug trace pytest.ini names goes to the null device)."""
 

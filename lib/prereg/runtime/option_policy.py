@@ -8,10 +8,10 @@ from its default is refused before its run id is spent, a future pytest's or plu
 included. :data:`REFUSED` says why for the common ones: a run that selects part of the
 stage, runs none of its items (``--fixtures``, ``--collect-only``), runs them otherwise than
 the stage's clean listing does (``--import-mode=importlib``, a disabled pytest plugin) or
-lets code typed at a debugger prompt run inside it (``--pdb``). :func:`refused_options` reads plain values (pytest's
-option namespace, the root folder, where the path arguments came from), so it imports no
-pytest; :func:`prereg.runtime.settings.resolve_research_run` calls it and raises pytest's
-usage error with :func:`refusal_message`.
+lets code typed at a debugger prompt run inside it (``--pdb``). :func:`refused_options` reads plain
+values (pytest's option namespace, the root folder, where the path arguments came from), so it
+imports no pytest; :func:`prereg.runtime.settings.resolve_research_run` calls it and raises
+pytest's usage error with :func:`refusal_message`.
 
 Option names shown are command-line spellings (``-k``, ``--collect-only``), never pytest's
 internal names (``keyword``, ``collectonly``): :data:`REFUSED` maps each of those to its

@@ -66,9 +66,9 @@ def annotated_heatmap(
     vmax: float,
     flag_note: str,
 ) -> Figure:
-    """Heat maps stacked vertically, sharing one colour scale, with every cell's value written in it.
+    """Heat maps stacked vertically, sharing one colour scale, each cell's value written in it.
 
-    Flagged cells get a thick dashed frame and carry a "!" so that the flag survives grey-scale print.
+    Flagged cells get a thick dashed frame and carry a "!", so the flag survives grey-scale print.
     """
     if not panels:
         raise ValueError("annotated_heatmap needs at least one panel; got panels=[]")
