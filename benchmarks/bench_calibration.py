@@ -59,7 +59,7 @@ NAMESPACE = "bench-calibration"
 def plain_loop_cell(
     cell: SimulationCell, settings: CalibrationSettings, trials: int, rng: np.random.Generator
 ) -> int:
-    """The per-trial Python loop the vectorised cell replaces (same figures, one trial at a time)."""
+    """The per-trial Python loop the vectorised cell replaces (same figures, a trial at a time)."""
     failures = 0
     for _ in range(trials):
         noise = simulate_contrast_noise(

@@ -34,7 +34,8 @@ PLAN = "plans/E04_GOSTDLIB_PLAN.json"
 
 
 def result_files(run_dir: Path) -> dict[str, str]:
-    """SHA-256 of each of a run's result files (:meth:`prereg.records.runs.RunFolder.result_files`)."""
+    """SHA-256 of each of a run's result files
+    (:meth:`prereg.records.runs.RunFolder.result_files`)."""
     return {rel: sha256_file(path) for rel, path in RunFolder(run_dir).result_files().items()}
 
 
