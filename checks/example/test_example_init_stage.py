@@ -4,6 +4,7 @@ an existing one, and refuses, writing nothing, a bad name or a file that exists.
 
 from __future__ import annotations
 
+import html
 import json
 import keyword
 import re
@@ -160,6 +161,9 @@ def test_the_stage_passes_its_checks_approves_at_its_pins_runs_and_audits_clean(
     page = Path(report.stdout.strip().splitlines()[-1]).read_text()
     assert f'id="{STAGE}"' in page and "mean_of_means" in page
     assert "Rehearsals since the stage" in page and disclosed["name"] in page
+    plan = json.loads((root / LAYOUT.plan).read_text())
+    assert 'id="preregistration"' in page and html.escape(plan["protocol"]) in page
+    assert "<dt>replicates</dt><dd>4</dd>" in page
     listed = project.prereg("runs", "--no-audit", check=True).stdout
     assert f"result: mean of means {summary['mean_of_means']:.4f}" in listed, listed
     assert "rehearsed before approval: 1 (1 passed;" in listed, listed

@@ -58,6 +58,53 @@ def test_table_cells_read_back_exactly_whatever_the_text(rows, head1, head2):
     )
 
 
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.text: list[str] = []
+        self.tags: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=10,
+)
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (k, *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
+@given(json_values)
+def test_a_value_tree_shows_every_key_and_text_and_injects_no_markup(value):
+    """A nested summary or plan parameters drawn as what they are: every key and string
+    reads back from the page's text, and no text becomes markup."""
+    parser = _Text()
+    parser.feed(h.value_tree(value))
+    shown = "".join(parser.text)
+    for text in _strings(value):
+        assert text in shown
+    allowed = {"dl", "dt", "dd", "em", "div", "table", "thead", "tbody", "tr", "th", "td"}
+    assert parser.tags <= allowed, parser.tags
+
+
+def test_a_value_tree_nests_objects_and_tabulates_a_list_of_objects():
+    drawn = h.value_tree({"rule": {"below": -0.01}, "runs": [{"id": "a", "n": 2}]})
+    assert drawn.index("<dt>rule</dt>") < drawn.index("<dt>below</dt>")  # nested, not flattened
+    assert "<th" in drawn and ">id<" in drawn and ">n<" in drawn
+
+
 def test_table_refuses_a_row_of_the_wrong_length():
     with pytest.raises(ValueError, match=r"table row 1 has 1 cells but there are 2 headers"):
         h.table(["a", "b"], [[1, 2], [3]])

@@ -374,6 +374,12 @@ def _flatten(value: Any, path: str = "") -> list[tuple[str, Any]]:
     return [(path, value)]
 
 
+def _records(value: Any) -> bool:
+    """A list of objects, or an object of objects: rows of a table."""
+    values = list(value.values()) if isinstance(value, Mapping) else value
+    return isinstance(values, list) and bool(values) and all(isinstance(v, Mapping) for v in values)
+
+
 def _rows(records: Any) -> tuple[list[str], list[list[Any]]]:
     """Headers and rows of a list of records, or of ``{key: record}`` (the key first)."""
     keyed = isinstance(records, Mapping)
@@ -391,12 +397,16 @@ def render_summary(
 ) -> Callable[[Any], str]:
     """A ``StageKind.render``: the summary's scalar fields as labelled values and the
     records under the top-level field ``table`` (a list of objects, or an object of objects)
-    as a sortable table; ``table=None`` shows the whole summary as the table (what
-    :func:`summarise_items` writes by default)."""
+    as a sortable table; ``table=None`` shows a summary of records (an object of objects, as
+    :func:`summarise_items` writes by default, or a list of them) as the table, and any
+    other summary as what it is (nested fields nested:
+    :func:`prereg.kinds.report.html.value_tree`)."""
 
     def render(context: Any) -> str:
         summary = context.summary_json(summary_file)
         body = []
+        if table is None and not _records(summary):
+            return html.section(title, html.value_tree(summary), section_id=section_id)
         if table is None:
             headers, rows = _rows(summary)
         else:

@@ -35,6 +35,31 @@ def _elapsed(manifest: dict) -> str:
     )
 
 
+def preregistration_section(plan: dict | None, stage: str | None, *, plan_source: str) -> str:
+    """What was decided before the run: the plan's protocol and description, the stage's
+    description, what it requires, and its parameters (the decision rule among them) as
+    the plan states them, from the plan at the run's commit."""
+    if not isinstance(plan, dict):
+        body = h.paragraph(f"The plan could not be read ({plan_source}).")
+        return h.section("Preregistration", body, section_id="preregistration")
+    spec = (plan.get("stages") or {}).get(stage) or {}
+    pairs: list[tuple[str, h.CellLike]] = [
+        ("plan", f"{plan.get('plan_id', '?')} ({plan_source})"),
+        ("protocol", plan.get("protocol")),
+        ("description", plan.get("description")),
+        ("stage", stage),
+        ("stage description", spec.get("description")),
+        ("requires", ", ".join(spec.get("requires") or []) or "no other stage"),
+        ("single attempt", spec.get("single_attempt")),
+    ]
+    body = [
+        h.key_values(pairs),
+        h.paragraph("The stage's parameters, as the plan states them:"),
+        h.value_tree(spec.get("parameters")),
+    ]
+    return h.section("Preregistration", "\n".join(body), section_id="preregistration")
+
+
 def rehearsals_table(disclosures: list[dict]) -> str:
     """The rehearsals the run's approval disclosed, one row each."""
     rows = [

@@ -95,6 +95,7 @@ def render_report(
     body = [
         f"<h1>{h.esc(title)}</h1>",
         nav,
+        header.preregistration_section(plan, record.stage, plan_source=plan_source),
         header.header_section(record, plan_source=plan_source, kind=kind),
         header.audit_section(audit_verdict(root, record, audit)),
     ]

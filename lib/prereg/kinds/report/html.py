@@ -143,6 +143,28 @@ def key_values(pairs: Sequence[tuple[str, CellLike]]) -> str:
     return "\n".join(out)
 
 
+def value_tree(value: object) -> str:
+    """A JSON value drawn as what it is: an object as labelled values (nested objects
+    nested), a list of objects as a table, any other list as its values, a scalar as text."""
+    if isinstance(value, dict):
+        if not value:
+            return "<em>(empty)</em>"
+        out = ['<dl class="kv">']
+        for label, item in value.items():
+            out.append(f"<dt>{esc(label)}</dt><dd>{value_tree(item)}</dd>")
+        out.append("</dl>")
+        return "\n".join(out)
+    if isinstance(value, list):
+        if value and all(isinstance(item, dict) for item in value):
+            headers = list(dict.fromkeys(key for item in value for key in item))
+            rows = [
+                [Cell(value_tree(item.get(key)), markup=True) for key in headers] for item in value
+            ]
+            return table(headers, rows)
+        return ", ".join(value_tree(item) for item in value) or "<em>(none)</em>"
+    return esc(fmt(value))
+
+
 def image(data_uri: str, alt: str) -> str:
     """An ``<img>`` from a ``data:image/png;base64,...`` URI, with its alternative text."""
     if not data_uri.startswith("data:image/"):
