@@ -522,9 +522,17 @@ def test_cell(cell, research):
 """
 
 
-def test_code_a_stage_module_imports_from_outside_the_snapshot_at_collection_is_refused(tmp_path):
-    """An ignored vendor/ folder of the checkout, imported when the stage module is collected:
-    the execution check runs again after collection, before the run id is spent."""
+@pytest.mark.parametrize(
+    "workers, refusal",
+    [([], "[execution] at collection"), (["-n", "2"], "[worker] worker gw1")],
+    ids=["serial", "two-workers"],
+)
+def test_code_a_stage_module_imports_from_outside_the_snapshot_at_collection_is_refused(
+    tmp_path, workers, refusal
+):
+    """An ignored vendor/ folder of the checkout, imported when the stage module is collected
+    (under -n 2 by the workers only): the execution check runs again after collection, in
+    every process that collected, before the run id is spent."""
     spec = stage_spec("toy")
     toy = make_toy_repo(tmp_path / "p", {"toy": spec})
     vendor = toy.root / "vendor"
@@ -534,11 +542,40 @@ def test_code_a_stage_module_imports_from_outside_the_snapshot_at_collection_is_
     (toy.root / spec["module"]).write_text(VENDORED_AT_COLLECTION.format(vendor=str(vendor)))
     toy.commit("A stage that imports vendored code")
     toy.approve("toy", RUN)
-    done = toy.pytest("--research-stage=toy", env=private_tmp(tmp_path / "tmp"))
-    assert done.returncode == 4, done.stdout + done.stderr
-    assert "[execution] at collection" in done.stderr and "vend" in done.stderr, done.stderr
+    done = toy.pytest("--research-stage=toy", *workers, env=private_tmp(tmp_path / "tmp"))
+    said = done.stdout + done.stderr
+    assert done.returncode == 4, said
+    assert refusal in done.stderr and "vend.py lies outside" in done.stderr, said
     assert not ledger.is_spent(toy.root, RUN)
     assert left_behind(tmp_path / "tmp") == []  # neither its snapshot nor its item listing
+
+
+WORKER_ORDER = """
+import os
+import pytest
+
+pytestmark = pytest.mark.research_stage("toy")
+CELLS = [0, 1] if os.environ.get("PYTEST_XDIST_WORKER") != "gw1" else [1, 0]
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_cell(cell, research):
+    research.coords(cell=cell)
+"""
+
+
+def test_workers_that_collect_one_stage_in_other_orders_are_refused_before_spending(tmp_path):
+    """Every worker reports its ordered collection before the spend; xdist schedules by
+    index, so a worker whose order differs would run other items than it was sent."""
+    spec = stage_spec("toy")
+    toy = make_toy_repo(tmp_path / "p", {"toy": spec})
+    (toy.root / spec["module"]).write_text(WORKER_ORDER)
+    toy.commit("A stage whose order depends on the worker")
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy", "-n", "2")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "worker gw1" in done.stderr and "the same items in another order" in done.stderr
+    assert not ledger.is_spent(toy.root, RUN)
 
 
 def test_a_relative_output_file_in_pytest_ini_is_written_beside_the_checkout_not_in_the_snapshot(

@@ -81,6 +81,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     collection.select_items(config, items)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist sends the worker's collection to the controller
+def pytest_collection_finish(session: pytest.Session) -> None:
+    item_side.judge_worker_collection(session)
+
+
 # -- per item (serial process or xdist worker) --------------------------------------------------
 
 

@@ -75,6 +75,7 @@ class Controller(XdistBridge, TerminalOutput):
         self.worker_data: list[dict] = []
         self.workers = 0
         self.gateways: dict[str, dict] = {}  # gateway id -> its spec, description, problems
+        self.collections: dict[str, list[str]] = {}  # gateway id -> the node ids it collected
         self.started = 0.0
         self.interrupted: str | None = None
         self.plan: Plan | None = None

@@ -31,6 +31,7 @@ from prereg.runtime.settings import (
     PROVED_SNAPSHOT,
     SETTINGS,
     SHIPPED,
+    WORKER_GATE,
     Settings,
     verified_inputs,
 )
@@ -59,38 +60,66 @@ def proved_plan(request: pytest.FixtureRequest) -> dict:
     if sha256_file(path) != settings.plan_sha256:
         raise RuntimeError(f"{path} no longer matches the approved plan; the run is void")
     if hasattr(request.config, "workerinput"):  # a worker's own code, checked as the gate did
-        proved = request.config.workerinput.get(PROVED_SNAPSHOT) or request.config.workerinput.get(
-            PROVED_CHECKOUT
+        problems = worker_problems(request.config)
+        if problems:
+            raise RuntimeError("; ".join(problems))
+    return read_json(path, what="plan")
+
+
+def worker_problems(config: pytest.Config) -> list[str]:
+    """Why this xdist worker's code is not the code the approval covers (none: it is): it
+    runs in the checkout or snapshot it proved, the snapshot's tree is the run's, and the
+    code it loaded (at collection: the stage's modules and what they import) is accounted
+    for by the snapshot and the installed files, as the gate judged the controller's."""
+    settings = config.stash[SETTINGS]
+    worker = config.workerinput.get("workerid")
+    proved = config.workerinput.get(PROVED_SNAPSHOT) or config.workerinput.get(PROVED_CHECKOUT)
+    if proved and os.path.realpath(settings.root) != os.path.realpath(proved):
+        elsewhere = (
+            f"worker {worker} runs in {settings.root}, not in the checkout {proved} it proved "
+            "before the run: give its --tx spec chdir=<the top of that checkout>"
         )
-        if proved and os.path.realpath(settings.root) != os.path.realpath(proved):
-            raise RuntimeError(
-                f"worker {request.config.workerinput.get('workerid')} runs in {settings.root}, "
-                f"not in the checkout {proved} it proved before the run: give its --tx spec "
-                "chdir=<the top of that checkout>"
-            )
-        plugins = request.config.pluginmanager.list_name_plugin()
-        snapshot = None
-        if settings.checkout:  # a worker of a hermetic session (a remote one: its own snapshot)
+        return [elsewhere]
+    snapshot = None
+    if settings.checkout:  # a worker of a hermetic session (a remote one: its own snapshot)
+        try:
             snapshot = snapshots.prove(
                 Path(settings.root), "", gitrepo.object_format(settings.project)
             )
-            if snapshot.tree != settings.snapshot_tree:
-                head = gitrepo.head_commit(settings.project)
-                changed = snapshots.differences(Path(settings.root), settings.project, head)
-                raise RuntimeError(
-                    f"worker {request.config.workerinput.get('workerid')} runs from "
-                    f"{settings.root}, whose tree {snapshot.tree} is not the run's snapshot "
-                    f"{settings.snapshot_tree} ({', '.join(changed[:8])}): the snapshot changed, "
-                    "or the worker was started elsewhere"
-                )
-        request.config.stash[CODE] = (Path(settings.root), snapshot)
-        problems = execution.problems(Path(settings.root), plugins, worker=True, snapshot=snapshot)
-        if problems:
-            raise RuntimeError(
-                f"worker {request.config.workerinput.get('workerid')} runs code the approval "
-                "does not cover: " + "; ".join(problems)
+        except (snapshots.SnapshotError, gitrepo.GitError, OSError) as err:
+            return [f"worker {worker} could not prove its snapshot {settings.root}: {err}"]
+        if snapshot.tree != settings.snapshot_tree:
+            head = gitrepo.head_commit(settings.project)
+            changed = snapshots.differences(Path(settings.root), settings.project, head)
+            other = (
+                f"worker {worker} runs from {settings.root}, whose tree {snapshot.tree} is not "
+                f"the run's snapshot {settings.snapshot_tree} ({', '.join(changed[:8])}): the "
+                "snapshot changed, or the worker was started elsewhere"
             )
-    return read_json(path, what="plan")
+            return [other]
+    config.stash[CODE] = (Path(settings.root), snapshot)
+    plugins = config.pluginmanager.list_name_plugin()
+    problems = execution.problems(Path(settings.root), plugins, worker=True, snapshot=snapshot)
+    return [
+        f"worker {worker} runs code the approval does not cover: {problem}" for problem in problems
+    ]
+
+
+def judge_worker_collection(session: pytest.Session) -> None:
+    """In a worker of a research run, once it has collected: its judgement of its own code
+    (:func:`worker_problems`) goes to the controller as a failed collect report, which the
+    controller weighs, with every worker's ordered collection, before spending the run id."""
+    config = session.config
+    settings = config.stash[SETTINGS]
+    if not hasattr(config, "workerinput") or settings.run_id is None or not settings.gate_passed:
+        return
+    problems = worker_problems(config)
+    if problems:
+        worker = config.workerinput.get("workerid")
+        report = pytest.CollectReport(
+            f"{WORKER_GATE}::{worker}", "failed", "\n".join(problems), result=[]
+        )
+        config.hook.pytest_collectreport(report=report)
 
 
 def item_context(request: pytest.FixtureRequest, plan: dict) -> ItemContext:

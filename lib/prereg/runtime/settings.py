@@ -85,6 +85,10 @@ SHIPPED = pytest.StashKey[Path]()  # a remote worker's private output folder of 
 CODE = pytest.StashKey[tuple]()  # a worker's code folder and the snapshot it proved
 PROVED_CHECKOUT = "prereg_proved_checkout"  # workerinput: the checkout a remote worker proved
 PROVED_SNAPSHOT = "prereg_proved_snapshot"  # workerinput: the snapshot it wrote and runs from
+# The node id of the collect report by which a worker tells the controller, before the run id
+# is spent, why its code is not the approved code (xdist sends a worker's failed collect
+# reports to the controller ahead of its collection).
+WORKER_GATE = "prereg-worker-gate"
 
 
 def add_options(parser: pytest.Parser) -> None:

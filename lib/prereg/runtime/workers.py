@@ -16,7 +16,7 @@ from prereg.base.hashing import file_entries, sha256_file
 from prereg.decisions import gate, manifest
 from prereg.records.runs import contained, item_dir_name
 from prereg.runtime import remote
-from prereg.runtime.settings import PROPERTY, PROVED_CHECKOUT, PROVED_SNAPSHOT
+from prereg.runtime.settings import PROPERTY, PROVED_CHECKOUT, PROVED_SNAPSHOT, WORKER_GATE
 
 
 def distributed(config: pytest.Config) -> bool:
@@ -27,8 +27,8 @@ def distributed(config: pytest.Config) -> bool:
 class XdistBridge:
     """The controller's xdist hooks. The controller provides ``config``, ``settings``,
     ``plan``, ``approval``, ``root``, ``layout``, ``snapshot``, ``session``, ``started``,
-    ``gateways``, ``workers``, ``worker_data``, ``entries``, ``_verify_and_spend`` and
-    ``_interruption``."""
+    ``gateways``, ``workers``, ``collections``, ``worker_data``, ``entries``,
+    ``_verify_and_spend``, ``refuse`` and ``_interruption``."""
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_setupnodes(self, config: pytest.Config, specs) -> None:
@@ -102,15 +102,45 @@ class XdistBridge:
             node.workerinput[PROVED_SNAPSHOT] = (proved.get("snapshot") or {}).get("folder")
         self.workers += 1
 
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """A worker's judgement of its own code, sent ahead of its collection: a problem
+        of that worker, refused before the spend."""
+        prefix = f"{WORKER_GATE}::"
+        if report.failed and report.nodeid.startswith(prefix):
+            worker = report.nodeid[len(prefix) :]
+            entry = self.gateways.setdefault(worker, {"id": worker, "spec": "?", "problems": []})
+            entry["problems"].extend(str(report.longrepr).splitlines())
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
-        self._verify_and_spend(list(ids))  # before xdist schedules any item
+        """One barrier before the spend: the run id is spent only once every worker has
+        collected, judged its own code and found nothing, and listed the same items in the
+        same order (then, before xdist schedules any item)."""
+        self.collections[node.gateway.id] = list(ids)
+        if self.started or len(self.collections) < self.workers:
+            return
+        (first, listed), *others = sorted(self.collections.items())
+        for worker, theirs in others:
+            if theirs != listed:
+                how = (
+                    "the same items in another order"
+                    if sorted(theirs) == sorted(listed)
+                    else f"{len(theirs)} items, not the {len(listed)} items"
+                )
+                self.gateways[worker]["problems"].append(
+                    f"it collected {how} than worker {first}: the workers would not run one stage"
+                )
+        self._verify_and_spend(listed)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
         data = getattr(node, "workeroutput", {}).get(PROPERTY)
         if data:
             self.worker_data.append(data)
+        if error and not self.started and node.gateway.id not in self.collections:
+            self.refuse([gate.Refusal(
+                "worker", f"worker {node.gateway.id} went down before it listed its items: {error}"
+            )])  # fmt: skip
         if error:
             self._interruption(f"worker {node.gateway.id} went down: {error}")
 
