@@ -185,7 +185,8 @@ def test_approve_prints_the_bound_run_and_warns_of_a_newer_incomplete_one(projec
         done.stderr
     )
     assert "--use-run toy=RUN_ID" in done.stderr
-    assert "warning" not in project["approve_toy"].stderr  # no requirement, nothing to warn of
+    unrequired = project["approve_toy"].stderr  # no requirement: no bound-run warning
+    assert "newer than the bound run" not in unrequired and "--use-run" not in unrequired
     record = project["toy"].root / "plans" / "approvals" / f"after-{day}-001.json"
     assert json.loads(record.read_text())["requires"]["toy"]["run_id"] == f"toy-{day}-001"
 

@@ -300,7 +300,9 @@ def test_a_scaffolded_stage_is_rehearsed_approved_run_twice_identically_audited_
 
     rehearsal = ok(run([pytest_, f"--research-stage={stage}", "--rehearse", "-k", "0"], study, env))
     assert "rehearsal: not a run, nothing spent" in rehearsal.stdout, rehearsal.stdout
-    assert ok(run(["git", "for-each-ref", "refs/prereg"], study, env)).stdout == ""
+    refs = ok(run(["git", "for-each-ref", "--format=%(refname)", "refs/prereg"], study, env))
+    assert refs.stdout.startswith(f"refs/prereg/rehearsals/{stage}/")  # disclosed, nothing spent
+    assert len(refs.stdout.split()) == 1, refs.stdout
 
     run_ids = []
     for workers in ([], ["-n", "2"]):
