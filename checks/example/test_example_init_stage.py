@@ -103,13 +103,20 @@ def test_the_kind_and_its_check_import_only_prereg_api_and_the_module_the_plugin
     assert prereg_imports(module) == {"prereg.plugin.stage_plan"}
 
 
-def test_the_written_code_passes_ruff_with_its_default_settings(scaffolded):
+@pytest.mark.parametrize("requiring", [False, True], ids=["stage", "stage-that-requires"])
+def test_the_written_code_passes_ruff_with_its_default_settings(scaffolded, tmp_path, requiring):
     project, _ = scaffolded
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
     if ruff is None:
         pytest.skip("ruff is not installed (the dev extra installs it)")
+    if requiring:  # and a stage that decides from it, in a copy
+        project = ScratchProject(tmp_path / "study")
+        shutil.copytree(scaffolded[0].root, project.root, symlinks=True)
+        project.prereg(
+            "init", "--stage", "a-long-decision-name", "--requires", STAGE, ".", check=True
+        )
     files = sorted(str(p.relative_to(project.root)) for p in project.root.rglob("*.py"))
-    assert len(files) == 6, files
+    assert len(files) == (10 if requiring else 6), files
     common = ["--isolated", "--no-cache", "--target-version", "py39"]
     checked = project.run(ruff, "check", *common, "--select", "E,F,W,I,B,UP", *files)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -273,6 +280,84 @@ def test_a_plan_changed_after_an_outcome_needs_a_recorded_amendment_shown_with_t
     assert "amended: why" in index and "superseded" in index
     page = (root / "runs" / "reports" / f"{second}.html").read_text()
     assert f"the plan changed since {first}" in page and "parameters.draws" in page
+
+
+def test_a_stage_that_requires_another_joins_its_plan_rehearses_on_its_rehearsal_runs_on_its_run(
+    scaffolded, tmp_path
+):
+    """``prereg init --stage decision --requires demo-stage``: the decision stage joins the
+    required stage's plan (its rule frozen with it), its check passes, it rehearses on a
+    rehearsal of demo-stage before any run exists, and its run binds demo-stage's run, never
+    a rehearsal; it audits clean."""
+    root = tmp_path / "study"
+    shutil.copytree(scaffolded[0].root, root, symlinks=True)
+    project = _project(root)
+    made = project.prereg("init", "--stage", "decision", "--requires", STAGE, ".")
+    assert made.returncode == 0, made.stdout + made.stderr
+    plan = json.loads((root / LAYOUT.plan).read_text())
+    decision = plan["stages"]["decision"]
+    assert decision["requires"] == [STAGE] and decision["single_attempt"] is True
+    assert sorted(plan["stages"]) == ["decision", STAGE]
+    assert not (root / "plans" / "DECISION_PLAN.json").exists()
+    checked = project.pytest("-m", "software")
+    assert checked.returncode == 0 and "6 passed" in checked.stdout, checked.stdout
+
+    early = project.pytest("--research-stage=decision", "--rehearse")
+    assert early.returncode == 4 and f"rehearse {STAGE} first" in early.stderr, early.stderr
+    assert project.pytest(f"--research-stage={STAGE}", "--rehearse").returncode == 0
+    rehearsed = project.pytest("--research-stage=decision", "--rehearse")
+    assert rehearsed.returncode == 0, rehearsed.stdout + rehearsed.stderr
+    assert f"stage {STAGE} is read from its rehearsal {STAGE}-" in rehearsed.stdout
+    [read] = [p.name for p in (root / "runs" / "rehearsals").iterdir() if p.name.startswith(STAGE)]
+    project.commit("Add stage decision: the rule, frozen with the stage it reads")
+
+    day = f"{datetime.now(timezone.utc):%Y%m%d}"
+    project.prereg("approve", "--stage", STAGE, "--run-id", f"{STAGE}-{day}-001", check=True)
+    project.commit("Approve the stage")
+    assert project.pytest(f"--research-stage={STAGE}").returncode == 0
+    unrun = project.prereg("approve", "--stage", "decision", "--use-run", f"{STAGE}={read}")
+    assert unrun.returncode == 2 and "a rehearsal is never a run" in unrun.stderr, unrun.stderr
+    approved = project.prereg("approve", "--stage", "decision", "--run-id", f"decision-{day}-001")
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    assert f"requires {STAGE}: bound run {STAGE}-{day}-001" in approved.stdout
+    assert "no passing rehearsal" not in approved.stderr  # rehearsed; only approvals changed
+    project.commit("Approve the decision")
+    ran = project.pytest("--research-stage=decision")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    summary = json.loads(
+        (project.run_dir(f"{STAGE}-{day}-001") / "summary" / "summary.json").read_text()
+    )
+    made = json.loads(
+        (project.run_dir(f"decision-{day}-001") / "summary" / "decision.json").read_text()
+    )
+    assert made["value"] == summary["mean_of_means"]
+    assert made["decision"] == ("above" if summary["mean_of_means"] > 0 else "not above")
+    audit = project.audit(f"decision-{day}-001")
+    assert audit.returncode == 0 and "clean" in audit.stdout, audit.stdout
+
+
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        (["--stage", "decision", "--requires", "nowhere"], "no plan of pytest.ini's prereg_plans"),
+        (["--requires", STAGE], "--requires OTHER needs --stage NAME"),
+    ],
+)
+def test_requires_names_a_stage_of_the_project_or_nothing_is_written(
+    scaffolded, tmp_path, args, why
+):
+    root = tmp_path / "study"
+    shutil.copytree(scaffolded[0].root, root, symlinks=True)
+    before = _snapshot(root)
+    done = ScratchProject(root).prereg("init", *args, ".")
+    assert done.returncode == 2 and why in done.stderr, done.stderr
+    assert _snapshot(root) == before
+
+
+def test_requires_in_a_folder_without_a_project_is_refused(tmp_path):
+    done = ScratchProject(tmp_path).prereg("init", "--stage", "decision", "--requires", STAGE, ".")
+    assert done.returncode == 2 and "has no pytest.ini" in done.stderr, done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_cell_whose_seed_cannot_be_derived_is_refused_by_the_check_and_approve(

@@ -380,9 +380,12 @@ def cmd_init(args: argparse.Namespace) -> int:
     )
 
     folder = Path(args.folder).resolve()
+    if args.requires is not None and args.stage is None:
+        print("prereg init: refused: --requires OTHER needs --stage NAME", file=sys.stderr)
+        return 2
     try:
         if args.stage is not None:
-            print(stage_next_steps(init_stage(folder, args.stage)))
+            print(stage_next_steps(init_stage(folder, args.stage, args.requires)))
             return 0
         written, initialised = init_project(folder)
     except InitRefused as err:
@@ -517,6 +520,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="also write a working stage NAME (plan, a stage kind in the project's code, items, "
         "a software check); in an existing project, only those and the plan's pytest.ini line",
+    )
+    init.add_argument(
+        "--requires",
+        metavar="OTHER",
+        help="with --stage, in an existing project: the stage decides from a run of stage OTHER "
+        "(one item applying a rule to OTHER's summary); it joins OTHER's plan, so the rule is "
+        "frozen before OTHER runs",
     )
     init.set_defaults(func=cmd_init)
     return parser

@@ -408,6 +408,12 @@ def changed_between(root: Path, old: str, new: str) -> list[str]:
     return sorted(changed)
 
 
+def trees_differ(root: Path, old_tree: str, new_tree: str) -> list[str]:
+    """Paths whose file differs (content, mode, presence) between two trees, by tree id."""
+    with ObjectReader(root) as objects:
+        return sorted(_tree_diff(objects, old_tree, new_tree))
+
+
 def _tree_diff(objects: ObjectReader, a: str | None, b: str | None, prefix: str = "") -> set[str]:
     if a == b:
         return set()

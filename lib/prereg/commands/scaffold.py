@@ -459,6 +459,172 @@ def test_an_item_replays_clean_and_a_changed_result_is_found(plan, tmp_path):
 '''
 
 
+ANALYSIS_KIND_TEMPLATE = '''\
+"""A stage kind that decides, by its plan's rule, from a run of the stage it requires.
+
+Stage: $stage
+Requires: $requires
+Plan: $plan (the rule is frozen there before that stage runs)
+
+Written by `prereg init --stage --requires` as a toy that works: its one item reads
+the summary of the required run the approval binds, applies the plan's rule to one
+of its fields and writes decision.json; the replay reruns it from that same run.
+Replace `decide` with your analysis and rule, and the parameters it reads in
+`Settings` and the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from prereg import api
+
+STAGE = "$stage"
+REQUIRES = "$requires"
+REQUIRED_SUMMARY = "summary/summary.json"  # in the required run the approval binds
+ITEM_FILE = "decision.json"
+SUMMARY_FILE = "decision.json"
+
+
+@dataclass(frozen=True)
+class Settings(api.StageSettings):
+    """The rule's parameters, as the plan states them."""
+
+    seed_namespace: str | None  # the decision draws no random number
+    field: str  # the field of the required stage's summary the rule reads
+    threshold: float  # the decision is "above" when that field is above it
+
+
+def item_key(coords: Mapping[str, object]) -> str:
+    if set(coords) != {"cell"}:
+        raise ValueError(f"an item records one coordinate cell, not {coords}")
+    return str(coords["cell"])
+
+
+def cells(settings: Settings) -> dict[str, str]:
+    """One item: the decision."""
+    return {"decision": "decision"}
+
+
+def decide(settings: Settings, required: Mapping) -> dict:
+    """The decision the rule gives from the required stage's summary. REPLACE it."""
+    if settings.field not in required:
+        raise KeyError(f"the summary of {REQUIRES} has no field {settings.field!r}")
+    value = required[settings.field]
+    decision = "above" if value > settings.threshold else "not above"
+    return {
+        "field": settings.field,
+        "value": value,
+        "threshold": settings.threshold,
+        "decision": decision,
+    }
+
+
+def run_item(research, cell: str) -> None:
+    """The decision item: reads only the bound required run, writes decision.json."""
+    research.coords(cell=cell)
+    required = api.load_json(research.required_runs[REQUIRES] / REQUIRED_SUMMARY)
+    result = decide(research.settings, required)
+    api.save_json(research.outputs / ITEM_FILE, result)
+    research.progress(f"decision: {result['decision']}")
+
+
+KIND = api.StageKind(
+    name="$kind",
+    settings=api.settings_parser(Settings),
+    cells=cells,
+    item_key=item_key,
+    summarise=api.summarise_items(
+        SUMMARY_FILE,
+        ITEM_FILE,
+        cells=cells,
+        build=lambda settings, found: found["decision"],
+    ),
+    # For `prereg audit`: the decision rerun from the same run, compared.
+    replay=api.rerun_replay(run_item, cells),
+    render=api.render_summary(f"Stage {STAGE}", SUMMARY_FILE, section_id=STAGE),
+    headline=api.headline_from(SUMMARY_FILE, "decision: {decision} ({field} {value})"),
+    doc=__doc__ or "",
+)
+'''
+
+ANALYSIS_EXPERIMENTS_TEMPLATE = '''\
+"""The items of a stage that decides from a run of the stage it requires: one item.
+
+Thin: the work is in the stage kind, which the summary and the auditor's replay share.
+"""
+
+import pytest
+from prereg.plugin import stage_plan
+
+from $package import kind
+
+pytestmark = pytest.mark.research_stage(kind.STAGE)
+
+
+def pytest_generate_tests(metafunc):
+    if "cell" in metafunc.fixturenames:
+        plan = stage_plan(metafunc.config)  # the approved plan (or the rehearsed one)
+        cells = kind.cells(kind.KIND.settings(plan.data, kind.STAGE))
+        metafunc.parametrize("cell", list(cells.values()), ids=list(cells))
+
+
+def test_decision(cell, research):
+    kind.run_item(research, cell)
+'''
+
+ANALYSIS_CHECK_TEMPLATE = '''\
+"""Software checks of a stage that decides from a run of another, run by `pytest -m
+software`: its rule applied to a made-up required summary, its summary and its replay.
+"""
+
+import pytest
+from prereg import api
+
+from $package import kind
+
+pytestmark = pytest.mark.software
+
+
+@pytest.fixture
+def plan(pytestconfig):
+    return api.load_plan(pytestconfig.rootpath / "$plan")
+
+
+def test_the_decision_replays_clean_and_a_changed_decision_is_found(plan, tmp_path):
+    settings = kind.KIND.settings(plan.data, kind.STAGE)
+    # A made-up required run, and this stage's run folder whose approval binds it.
+    required, run_dir = tmp_path / "runs" / "required", tmp_path / "runs" / "check"
+    above = {settings.field: settings.threshold + 1}
+    api.save_json(required / kind.REQUIRED_SUMMARY, above)
+    bound = {kind.REQUIRES: {"run_id": "required"}}
+    api.save_json(run_dir / "approval.json", {"requires": bound})
+    outputs = run_dir / "items" / "decision"
+    outputs.mkdir(parents=True)
+    research = api.ItemContext(
+        stage=kind.STAGE,
+        run_id="check",
+        plan=plan.data,
+        outputs=outputs,
+        seed_namespace=None,
+        deadline=None,
+        required_runs={kind.REQUIRES: required},
+    )
+    kind.run_item(research, "decision")
+    assert api.load_json(outputs / kind.ITEM_FILE)["decision"] == "above"
+    item = {"nodeid": "decision", "output_dir": "decision", **research.record}
+    view = api.RunView(tmp_path, run_dir, plan, kind.STAGE, (item,), kind=kind.KIND)
+    kind.KIND.summarise(view)
+    assert kind.KIND.replay(view) == []
+
+    result = outputs / kind.ITEM_FILE
+    api.save_json(result, {**api.load_json(result), "decision": "not above"})
+    [finding] = kind.KIND.replay(view)
+    assert "decision.json.decision" in finding
+'''
+
+
 @dataclass(frozen=True)
 class StageLayout:
     """Where ``prereg init --stage NAME`` puts a stage's files (paths relative to the root)."""
@@ -467,6 +633,8 @@ class StageLayout:
     code_folder: str = "src"  # a folder pytest.ini's pythonpath names
     research_folder: str = "experiments"  # a folder of prereg_research_paths
     checks_folder: str = "checks"
+    requires: str | None = None  # the stage it reads a run of (then it joins that one's plan)
+    required_plan: str | None = None  # the plan of that stage, relative to the root
 
     @property
     def package(self) -> str:
@@ -475,7 +643,7 @@ class StageLayout:
 
     @property
     def plan(self) -> str:
-        return f"plans/{self.package.upper()}_PLAN.json"
+        return self.required_plan or f"plans/{self.package.upper()}_PLAN.json"
 
     @property
     def kind(self) -> str:
@@ -495,20 +663,54 @@ class StageLayout:
         return _join(self.checks_folder, f"test_{self.package}_kind.py")
 
     def files(self, pins: dict) -> dict[str, str]:
-        """Every file of the stage, by relative path: its plan, kind, items and check."""
+        """Every new file of the stage, by relative path: its plan (a stage that requires
+        another joins that one's plan: :func:`add_stage_to_plan`), kind, items and check."""
         fill = {
             "stage": self.stage,
             "package": self.package,
             "plan": self.plan,
             "kind": self.kind,
             "kind_file": self.kind_file,
+            "requires": self.requires or "",
         }
+        if self.requires is None:
+            templates = (KIND_TEMPLATE, EXPERIMENTS_TEMPLATE, CHECK_TEMPLATE)
+            plan = {self.plan: plan_text(self, pins)}
+        else:
+            templates = (
+                ANALYSIS_KIND_TEMPLATE,
+                ANALYSIS_EXPERIMENTS_TEMPLATE,
+                ANALYSIS_CHECK_TEMPLATE,
+            )
+            plan = {}
+        kind, module, check = (Template(t).substitute(fill) for t in templates)
         return {
-            self.plan: plan_text(self, pins),
+            **plan,
             _join(self.code_folder, self.package, "__init__.py"): "",
-            self.kind_file: Template(KIND_TEMPLATE).substitute(fill),
-            self.module: Template(EXPERIMENTS_TEMPLATE).substitute(fill),
-            self.check: Template(CHECK_TEMPLATE).substitute(fill),
+            self.kind_file: kind,
+            self.module: module,
+            self.check: check,
+        }
+
+    def analysis_entry(self) -> dict:
+        """The plan entry of a stage that decides from a run of ``requires``: one item, no
+        seed, a single attempt (its outcome decides; no amendment buys a second one)."""
+        return {
+            "kind": self.kind,
+            "module": self.module,
+            "description": (
+                f"REPLACE: the decision rule, stated before {self.requires} runs. As written by "
+                f"prereg init --stage {self.stage} --requires {self.requires}: 'above' when the "
+                f"field of {self.requires}'s summary is above the threshold."
+            ),
+            "budget_seconds": 600,
+            "budget_enforced": False,
+            "requires": [self.requires],
+            "seed_namespace": None,
+            "single_attempt": True,
+            "threads_per_worker": 1,
+            "inputs": [],
+            "parameters": {"field": "mean_of_means", "threshold": 0.0},
         }
 
 
@@ -581,10 +783,18 @@ def _check_package_free(layout: StageLayout) -> None:
         )
 
 
-def add_plan_to_ini(text: str, plan: str, pythonpath: str | None = None) -> str:
-    """``text`` (a pytest.ini) with ``plan`` added as a line of ``prereg_plans`` in its
-    ``[pytest]`` section, and the line ``pythonpath = <pythonpath>`` when given; every
-    other line kept byte for byte."""
+def add_stage_to_plan(path: Path, stage: str, entry: dict) -> None:
+    """Add ``stage`` with its ``entry`` to the plan at ``path`` (rewritten as JSON indented
+    by two, its fields in their order)."""
+    plan = json.loads(path.read_text(encoding="utf-8"))
+    plan["stages"][stage] = entry
+    path.write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+
+
+def add_plan_to_ini(text: str, plan: str | None, pythonpath: str | None = None) -> str:
+    """``text`` (a pytest.ini) with ``plan`` (when given) added as a line of
+    ``prereg_plans`` in its ``[pytest]`` section, and the line ``pythonpath = <pythonpath>``
+    when given; every other line kept byte for byte."""
     newline = "\r\n" if "\r\n" in text else "\n"
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith(("\n", "\r")):
@@ -599,9 +809,9 @@ def add_plan_to_ini(text: str, plan: str, pythonpath: str | None = None) -> str:
     key = next(
         (i for i in range(header + 1, end) if re.match(r"prereg_plans\s*[=:]", lines[i])), None
     )
-    if key is None:
+    if plan is not None and key is None:
         lines.insert(header + 1, f"prereg_plans ={newline}    {plan}{newline}")
-    else:
+    elif plan is not None:
         after = key + 1
         while after < end and lines[after][:1] in (" ", "\t") and lines[after].strip():
             after += 1
@@ -637,9 +847,12 @@ def _read_ini(ini: Path) -> configparser.ConfigParser:
     return parser
 
 
-def _existing_layout(folder: Path, stage: str) -> tuple[StageLayout, str | None]:
+def _existing_layout(
+    folder: Path, stage: str, requires: str | None = None
+) -> tuple[StageLayout, str | None]:
     """The stage's layout in an existing project, from its pytest.ini; and the pythonpath
-    line to add (``src``) when the ini names none."""
+    line to add (``src``) when the ini names none. A stage that ``requires`` another joins
+    the plan that has it."""
     ini = folder / "pytest.ini"
     if ini.is_symlink():
         raise InitRefused(f"{ini} is a symbolic link; prereg init --stage edits only a file")
@@ -654,6 +867,7 @@ def _existing_layout(folder: Path, stage: str) -> tuple[StageLayout, str | None]
             "items; add the line `prereg_research_paths = experiments` (prereg init writes it) "
             "and run prereg init --stage again; wrote nothing"
         )
+    required_plan = None
     for rel in value["prereg_plans"]:
         try:
             stages = json.loads((folder / rel).read_text(encoding="utf-8")).get("stages", {})
@@ -664,6 +878,14 @@ def _existing_layout(folder: Path, stage: str) -> tuple[StageLayout, str | None]
                 f"{rel} (in pytest.ini's prereg_plans) already has a stage {stage!r}; choose "
                 "another stage name; wrote nothing"
             )
+        if requires is not None and requires in stages:
+            required_plan = rel
+    if requires is not None and required_plan is None:
+        raise InitRefused(
+            f"--requires {requires}: no plan of pytest.ini's prereg_plans {value['prereg_plans']} "
+            f"has a stage {requires!r}; add that stage first (prereg init --stage {requires}); "
+            "wrote nothing"
+        )
     research = value["prereg_research_paths"]
     for name in ("pythonpath", "prereg_research_paths"):
         first = (value[name] or ["src"])[0]
@@ -679,18 +901,22 @@ def _existing_layout(folder: Path, stage: str) -> tuple[StageLayout, str | None]
         code_folder=(value["pythonpath"] or ["src"])[0],
         research_folder=research[0],
         checks_folder="checks" if "checks" in tests or not tests else tests[0],
+        requires=requires,
+        required_plan=required_plan,
     )
     return layout, None if value["pythonpath"] else "src"
 
 
-def init_stage(folder: Path, stage: str) -> StageInit:
-    """``prereg init --stage STAGE``: write a working stage into ``folder``.
+def init_stage(folder: Path, stage: str, requires: str | None = None) -> StageInit:
+    """``prereg init --stage STAGE [--requires OTHER]``: write a working stage into ``folder``.
 
     In a folder without a pytest.ini, first lay out a new project (:func:`init_project`'s
     files, its pytest.ini naming the plan and ``pythonpath = src``). In an existing project,
     write only the stage's files and add the plan to pytest.ini's ``prereg_plans`` (and
-    ``pythonpath = src`` when it names no pythonpath), keeping every other byte. Refuses,
-    writing nothing, a stage name outside the rule, a stage some plan already has, and any
+    ``pythonpath = src`` when it names no pythonpath), keeping every other byte. A stage that
+    ``requires`` another (in an existing project) decides from a run of it: it joins that
+    stage's plan, so its rule is frozen with it. Refuses, writing nothing, a stage name
+    outside the rule, a stage some plan already has, a required stage no plan has, and any
     file that exists.
     """
     folder = Path(folder).resolve()
@@ -698,8 +924,13 @@ def init_stage(folder: Path, stage: str) -> StageInit:
     pins = machine_pins()
     ini = folder / "pytest.ini"
     existing = ini.exists() or ini.is_symlink()
+    if requires is not None and not existing:
+        raise InitRefused(
+            f"--requires {requires}: {folder} has no pytest.ini, so no stage {requires!r} to "
+            f"require; run prereg init --stage {requires} there first; wrote nothing"
+        )
     if existing:
-        layout, pythonpath = _existing_layout(folder, stage)
+        layout, pythonpath = _existing_layout(folder, stage, requires)
         files = layout.files(pins)
         what, advice = "prereg init --stage", "Choose another stage name, or move them aside"
     else:
@@ -711,10 +942,17 @@ def init_stage(folder: Path, stage: str) -> StageInit:
     _check_package_free(layout)
     ini_lines: list[str] = []
     if existing:  # edited from its bytes, so its line ends stay as they are
-        edited = add_plan_to_ini(ini.read_bytes().decode("utf-8"), layout.plan, pythonpath)
-        ini_lines = [f"prereg_plans += {layout.plan}"]
+        text = ini.read_bytes().decode("utf-8")
+        if requires is None:
+            edited = add_plan_to_ini(text, layout.plan, pythonpath)
+            ini_lines = [f"prereg_plans += {layout.plan}"]
+        else:  # its plan is listed already
+            edited = add_plan_to_ini(text, None, pythonpath)
         ini_lines += [f"pythonpath = {pythonpath}"] if pythonpath else []
     _write(folder, files)
+    if requires is not None:
+        add_stage_to_plan(folder / layout.plan, stage, layout.analysis_entry())
+        files[layout.plan] = "(its stage added)"
     if existing:
         ini.write_bytes(edited.encode("utf-8"))
     elif top is None:
@@ -735,6 +973,12 @@ def stage_next_steps(done: StageInit) -> str:
         layout.module: "the stage's items (one per replicate)",
         layout.check: "the software check of the kind (pytest -m software runs it)",
     }
+    if layout.requires is not None:
+        roles[layout.plan] = (
+            f"{layout.requires}'s plan, with stage {stage} added: state your decision rule"
+        )
+        roles[layout.kind_file] = "the stage kind: replace decide with your analysis and rule"
+        roles[layout.module] = f"the stage's item (the decision from a run of {layout.requires})"
     new = "pytest.ini" in done.written
     lines = [f"prereg init --stage {stage}: wrote a working stage in {done.folder}"]
     lines += [f"  {rel}" + (f"    {roles[rel]}" if rel in roles else "") for rel in done.written]
@@ -742,13 +986,22 @@ def stage_next_steps(done: StageInit) -> str:
     if done.initialised_git:
         lines.append("  (and ran git init)")
     add = "-A" if new else " ".join([*done.written, "pytest.ini"])
+    other = layout.requires
+    lines += ["", "next steps:", f"  cd {done.folder}"]
+    lines += [f"  {pytest} -m software        # the stage's check passes as written"]
+    if other is not None:
+        lines += [
+            f"  {pytest} --research-stage={other} --rehearse   # the stage it reads, rehearsed",
+            f"  {pytest} --research-stage={stage} --rehearse   # decides from that rehearsal",
+            f"  git add {add} && git commit -m 'Add stage {stage}'   # the rule, frozen",
+            f"  (approve, run and audit {other} first: {stage} binds its latest complete run)",
+        ]
+    else:
+        lines += [
+            f"  {pytest} --research-stage={stage} --rehearse   # try it: not a run, nothing spent",
+            f"  git add {add} && git commit -m 'Add stage {stage}'",
+        ]
     lines += [
-        "",
-        "next steps:",
-        f"  cd {done.folder}",
-        f"  {pytest} -m software        # the stage's check passes as written",
-        f"  {pytest} --research-stage={stage} --rehearse   # try it: not a run, nothing spent",
-        f"  git add {add} && git commit -m 'Add stage {stage}'",
         f"  {prereg} approve --stage {stage} --run-id {run_id}",
         f"  git add plans/approvals && git commit -m 'Approve {run_id}'",
         f"  {pytest} --research-stage={stage}        # add -n 2 for two workers",

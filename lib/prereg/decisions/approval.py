@@ -42,6 +42,7 @@ from prereg.records import (
     APPROVAL_SCHEMA,
     APPROVALS_DIR,
     DISCLOSURE_SCHEMA,
+    REHEARSAL_NAME_PATTERN,
     STAGE_NAME,
     approval_record,
     ledger,
@@ -143,10 +144,21 @@ def undisclosed_rehearsals(root: Path, stage: str, approvals: list[Approval]) ->
 
 def rehearsal_warning(root: Path, stage: str) -> str | None:
     """Why approving HEAD now approves code no passing rehearsal of the whole stage ran
-    (none: one did, from a working tree equal to HEAD's tree)."""
+    (none: one did, from a working tree equal to HEAD's tree but for approval records,
+    which other stages' approvals add)."""
     tree = gitrepo.commit_tree(root, gitrepo.head_commit(root))
+
+    def same_code(rehearsed: str | None) -> bool:
+        if rehearsed is None:
+            return False
+        try:
+            changed = gitrepo.trees_differ(root, rehearsed, tree)
+        except gitrepo.GitError:  # the rehearsed tree's objects are gone (git gc)
+            return False
+        return all(Path(path).parent == APPROVALS for path in changed)
+
     if any(
-        d["status"] == "passed" and d["selection"] is None and d["tree"] == tree
+        d["status"] == "passed" and d["selection"] is None and same_code(d["tree"])
         for d in stage_rehearsals(root, stage)
     ):
         return None
@@ -447,6 +459,11 @@ def create_approval(
     requires = {}
     for needed in spec["requires"]:
         chosen = use_runs.get(needed) or latest_complete_run(root, needed)
+        if chosen is not None and REHEARSAL_NAME_PATTERN.match(chosen):
+            raise ApprovalError(
+                f"--use-run {needed}={chosen} names a rehearsal, and a rehearsal is never a run: "
+                f"approve, run and audit {needed}, then approve {stage} (it binds that run)"
+            )
         if chosen is None:
             raise ApprovalError(
                 f"stage {stage} requires a complete run of {needed}; none is under runs/ "

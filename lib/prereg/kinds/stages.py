@@ -32,7 +32,7 @@ from prereg.base.hashing import read_json
 from prereg.base.schema import SchemaError
 from prereg.evidence import execution
 from prereg.kinds import registry
-from prereg.records.runs import RunFolder, RunLayout
+from prereg.records.runs import RunFolder, consumed_folder
 
 ENTRY_POINT_GROUP = registry.STAGE_KINDS
 # A plan's kind ``module:attribute`` names a kind in the project's own code.
@@ -192,7 +192,7 @@ class RunView:
         a rehearsal's in the checkout's runs/)."""
         run_id = self.approval["requires"][stage]["run_id"]
         return (
-            RunLayout(self.root, run_id).folder if self.rehearsal else self.run_dir.parent / run_id
+            consumed_folder(self.root, run_id) if self.rehearsal else self.run_dir.parent / run_id
         )
 
     @property

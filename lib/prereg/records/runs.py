@@ -380,6 +380,26 @@ def is_rehearsal(folder: Path) -> bool:
     return (Path(folder) / REHEARSAL_RECORD).exists()
 
 
+def latest_whole_rehearsal(root: Path, stage: str) -> str | None:
+    """The name of the newest rehearsal of ``stage`` that passed over the whole stage (which
+    a rehearsal of a stage requiring it may read in place of a run), or None."""
+    passed = [
+        r["name"]
+        for r in all_rehearsals(root)
+        if r.get("stage") == stage and r.get("status") == "passed" and r.get("selection") is None
+    ]
+    return passed[-1] if passed else None  # names sort by their UTC stamp
+
+
+def consumed_folder(root: Path, name: str) -> Path:
+    """The folder of a run a stage consumes, ``runs/<run-id>/``; in a rehearsal it may be a
+    rehearsal of the required stage, ``runs/rehearsals/<name>/`` (no run ever consumes one:
+    its name is no run id)."""
+    if REHEARSAL_NAME_PATTERN.match(name):
+        return RehearsalLayout(root, name).folder
+    return RunLayout(root, name).folder
+
+
 def all_rehearsals(root: Path) -> list[dict]:
     """Every rehearsal's record under ``runs/rehearsals/`` (by name); a damaged one says so."""
     base = rehearsals_dir(root)

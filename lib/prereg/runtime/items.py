@@ -20,7 +20,7 @@ from prereg.decisions import manifest
 from prereg.evidence import execution
 from prereg.kinds.context import BudgetExceeded, ItemContext
 from prereg.records import snapshot as snapshots
-from prereg.records.runs import RunLayout, item_dir_name
+from prereg.records.runs import consumed_folder, item_dir_name
 from prereg.runtime import remote
 from prereg.runtime.settings import (
     CODE,
@@ -141,7 +141,7 @@ def item_context(request: pytest.FixtureRequest, plan: dict) -> ItemContext:
         record=record,
         inputs=verified_inputs(settings),
         required_runs={
-            k: RunLayout(settings.project, v).folder
+            k: consumed_folder(settings.project, v)
             for k, v in (settings.required_runs or {}).items()
         },
         progress_log=None if settings.ship_outputs else settings.layout.progress_log,

@@ -32,7 +32,7 @@ from prereg.decisions import manifest
 from prereg.kinds.plans import load_plan
 from prereg.kinds.stages import InputsRefused, load_kind
 from prereg.records import REHEARSAL_FORMAT, ledger, rehearsal_disclosure
-from prereg.records.runs import REHEARSAL_NOTE, RunLayout
+from prereg.records.runs import REHEARSAL_NOTE, RehearsalLayout, RunLayout, valid_run_id
 from prereg.runtime import option_policy, remote, signals
 from prereg.runtime.controller import Controller
 from prereg.runtime.settings import SETTINGS, Settings
@@ -157,12 +157,9 @@ class Rehearsal(Controller):
         (those live in plans/approvals/ and are committed) and says so
         (:data:`prereg.records.REHEARSAL_BINDINGS_SCHEMA`)."""
         settings = self.settings
-        requires = {
-            stage: {
-                "run_id": run_id,
-                "manifest_sha256": sha256_file(RunLayout(self.root, run_id).manifest),
-            }
-            for stage, run_id in (settings.required_runs or {}).items()
+        requires = {  # a rehearsal read in place of a run: the SHA-256 of its rehearsal.json
+            stage: {"run_id": name, "manifest_sha256": sha256_file(self._record_of(name))}
+            for stage, name in (settings.required_runs or {}).items()
         }
         bindings = {
             "rehearsal": REHEARSAL_NOTE,
@@ -173,6 +170,12 @@ class Rehearsal(Controller):
             "requires": requires,
         }
         manifest.write_atomic(self.layout.approval_copy, canonical_json(bindings).encode())
+
+    def _record_of(self, name: str) -> Path:
+        """The record of a consumed run (its manifest) or rehearsal (its rehearsal.json)."""
+        if valid_run_id(name):
+            return RunLayout(self.root, name).manifest
+        return RehearsalLayout(self.root, name).record
 
     def _write_record(self, *, status: str, items=None, reasons=None) -> None:
         """``rehearsal.json``: what was rehearsed, from which tree, and how it went
@@ -216,7 +219,14 @@ class Rehearsal(Controller):
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         where = self.layout.folder.relative_to(self.root)
-        return [f"prereg: {REHEARSAL_NOTE}; stage {self.settings.stage}, into {where}/"]
+        lines = [f"prereg: {REHEARSAL_NOTE}; stage {self.settings.stage}, into {where}/"]
+        lines += [
+            f"prereg: stage {stage} is read from its rehearsal {name}, in place of a run (a "
+            "run reads only a run)"
+            for stage, name in sorted((self.settings.required_runs or {}).items())
+            if not valid_run_id(name)
+        ]
+        return lines
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.listing_only:

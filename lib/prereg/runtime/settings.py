@@ -16,12 +16,19 @@ from typing import Any
 import pytest
 
 from prereg.base import provenance, seeds
-from prereg.base.hashing import sha256_file
+from prereg.base.hashing import read_json, sha256_file
 from prereg.decisions import approval as approvals
 from prereg.decisions import bindings
 from prereg.evidence import hermetic
 from prereg.kinds.plans import Plan, load_plan
-from prereg.records.runs import RehearsalLayout, RunLayout, new_rehearsal_name, valid_run_id
+from prereg.records import REHEARSAL_NAME_PATTERN
+from prereg.records.runs import (
+    RehearsalLayout,
+    RunLayout,
+    latest_whole_rehearsal,
+    new_rehearsal_name,
+    valid_run_id,
+)
 from prereg.runtime import option_policy
 
 STAGE_OPTION = option_policy.STAGE_OPTION
@@ -371,17 +378,22 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
     use_runs = _pairs(config.option.prereg_rehearse_use_runs, "--rehearse-use-run")
     required = {}
     for need in spec["requires"]:
-        run_id = use_runs.pop(need, None) or approvals.latest_complete_run(root, need)
+        run_id = (
+            use_runs.pop(need, None)
+            or approvals.latest_complete_run(root, need)
+            or latest_whole_rehearsal(root, need)
+        )
         if run_id is None:
             raise pytest.UsageError(
-                f"stage {stage} requires a complete run of stage {need}, and there is none: run "
-                f"{need} first (a rehearsal of it is not a run), or name one with "
-                f"--rehearse-use-run {need}=RUN_ID"
+                f"stage {stage} requires a run of stage {need}, and there is none, nor a passing "
+                f"rehearsal of the whole stage: rehearse {need} first (pytest "
+                f"--research-stage={need} --rehearse), or name a run with --rehearse-use-run "
+                f"{need}=RUN_ID"
             )
-        if not valid_run_id(run_id) or not RunLayout(root, run_id).manifest.exists():
+        if not _consumable(root, need, run_id):
             raise pytest.UsageError(
-                f"--rehearse-use-run {need}={run_id}: no run folder runs/{run_id} with a manifest "
-                "(a rehearsal is never a run)"
+                f"--rehearse-use-run {need}={run_id}: no run folder runs/{run_id} with a manifest, "
+                f"nor a passing rehearsal of the whole stage {need} under runs/rehearsals/"
             )
         required[need] = run_id
     if use_runs:
@@ -405,6 +417,25 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
         inputs=inputs,
         required_runs=required,
         rehearsal=name,
+    )
+
+
+def _consumable(root: Path, stage: str, name: str) -> bool:
+    """A rehearsal may read a run of ``stage`` (a folder with a manifest), or a passing
+    whole-stage rehearsal of it (what a run never reads: its name is no run id)."""
+    if valid_run_id(name):
+        return RunLayout(root, name).manifest.exists()
+    if not REHEARSAL_NAME_PATTERN.match(name):
+        return False
+    try:
+        record = read_json(RehearsalLayout(root, name).record, what="rehearsal record")
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(record, dict)
+        and record.get("stage") == stage
+        and record.get("status") == "passed"
+        and record.get("selection") is None
     )
 
 
