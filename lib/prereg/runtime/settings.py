@@ -144,7 +144,8 @@ def add_options(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="STAGE=RUN_ID",
-        help="the run of a required stage the rehearsal reads (default: its latest complete run)",
+        help="the run of a required stage the rehearsal reads (default: its latest complete "
+        "run, else its latest passing rehearsal of the whole stage)",
     )
     group.addoption(
         LIST_OPTION,
