@@ -9,6 +9,7 @@ setuptools' ``.pth``) must pass.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib.util
 import json
@@ -325,6 +326,32 @@ def test_pth_files_must_be_recorded_by_an_installed_distribution(tmp_path, monke
     assert len(found) == 2, found
     assert any("stray.pth" in f and "not listed in the RECORD" in f for f in found), found
     assert any("tampered.pth" in f and "differs from the RECORD of good" in f for f in found)
+
+
+def test_a_loaded_file_whose_record_row_binds_no_hash_is_refused_and_a_stronger_hash_checked(
+    tmp_path,
+):
+    """A RECORD row may omit the hash (an old installer, a hand-edited RECORD): such a file,
+    edited after approval, would run unchecked, so it is refused by name; bytecode compiled
+    at install (no hash, by design) passes; a sha384 row is checked like a sha256 one."""
+    site = tmp_path / "site-packages"
+    files = {"nohash.py": "X = 1\n", "strong.py": "Y = 2\n", "pkg/__pycache__/m.cpython.pyc": "b"}
+    meta = fake_distribution(site, "loose", files, {})
+    strong = base64.urlsafe_b64encode(hashlib.sha384(b"Y = 2\n").digest()).rstrip(b"=")
+    rows = [
+        "nohash.py,,6",
+        f"strong.py,sha384={strong.decode()},6",
+        "pkg/__pycache__/m.cpython.pyc,,",
+        f"{meta.name}/RECORD,,",
+    ]
+    (meta / "RECORD").write_text("\n".join(rows) + "\n")
+    installed = execution.Installed.scan([str(site)])
+    found = installed.check(str(site / "nohash.py"))
+    assert found is not None and "has no hash prereg can check in the RECORD of loose" in found
+    assert installed.check(str(site / "strong.py")) is None
+    assert installed.check(str(site / "pkg" / "__pycache__" / "m.cpython.pyc")) is None
+    (site / "strong.py").write_text("Y = 3\n")
+    assert "differs from the RECORD of loose" in (installed.check(str(site / "strong.py")) or "")
 
 
 def test_planted_bytecode_in_the_harness_installed_machinery_is_refused(tmp_path, monkeypatch):

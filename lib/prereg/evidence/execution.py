@@ -79,6 +79,8 @@ from prereg.evidence.hermetic import (
 )
 
 PYC_SUFFIXES = (".pyc", ".pyo")
+# The hashes a RECORD row may give (PEP 376: sha256 or stronger) that a loaded file is checked by.
+RECORD_HASHES = ("sha256", "sha384", "sha512")
 # Every file name ending Python imports or the site module runs.
 LOADABLE_SUFFIXES = tuple(
     sorted(set(importlib.machinery.all_suffixes()) | {".pyw", ".pth", *PYC_SUFFIXES})
@@ -213,15 +215,23 @@ class Installed:
                 "is not listed in the RECORD of any installed distribution: remove it, or "
                 "install the package that should provide it"
             )
-        if recorded.hash.startswith("sha256="):  # source and compiled modules alike
-            want = recorded.hash[len("sha256=") :]
-            digest = bytes.fromhex(sha256_file(path))
-            have = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-            if have != want:
-                return (
-                    f"differs from the RECORD of {recorded.distribution} {recorded.version}: "
-                    "reinstall that distribution"
-                )
+        algorithm, _, want = recorded.hash.partition("=")
+        if algorithm not in RECORD_HASHES or not want:
+            if path.endswith(PYC_SUFFIXES):  # bytecode compiled at install; its source is checked
+                return None
+            return (
+                f"has no hash prereg can check in the RECORD of {recorded.distribution} "
+                f"{recorded.version} ({recorded.hash or 'none'}), so its bytes are bound by "
+                "nothing: reinstall that distribution with pip, which records sha256"
+            )
+        with open(path, "rb") as handle:
+            digest = hashlib.new(algorithm, handle.read()).digest()
+        have = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+        if have != want:
+            return (
+                f"differs from the RECORD of {recorded.distribution} {recorded.version}: "
+                "reinstall that distribution"
+            )
         return None
 
 
