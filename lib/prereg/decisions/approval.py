@@ -46,6 +46,7 @@ from prereg.records import (
     STAGE_NAME,
     approval_record,
     ledger,
+    passed_whole_stage,
 )
 from prereg.records.runs import (
     COMPLETE,
@@ -157,10 +158,7 @@ def rehearsal_warning(root: Path, stage: str) -> str | None:
             return False
         return all(Path(path).parent == APPROVALS for path in changed)
 
-    if any(
-        d["status"] == "passed" and d["selection"] is None and same_code(d["tree"])
-        for d in stage_rehearsals(root, stage)
-    ):
+    if any(passed_whole_stage(d) and same_code(d["tree"]) for d in stage_rehearsals(root, stage)):
         return None
     return (
         f"no passing rehearsal of the whole stage {stage} ran this commit's tree ({tree[:12]}): "

@@ -41,9 +41,8 @@ from prereg.base.hashing import (
     sha256_file,
 )
 from prereg.base.schema import MapOf, SchemaError, validate
-from prereg.decisions import replay
+from prereg.decisions import replay as replaying
 from prereg.decisions.manifest import describe
-from prereg.decisions.replay import Replay
 from prereg.evidence import envlock, execution
 from prereg.kinds.plans import PLAN_SCHEMA, Plan
 from prereg.kinds.registry import STAGE_KINDS, group_problem
@@ -1382,21 +1381,23 @@ def could_not_audit(ev: Evidence) -> list[str]:
 # -- replay ------------------------------------------------------------------------------------
 
 
-def replay_stage(ev: Evidence, *, records_agree: bool) -> Replay:
+def replay_stage(ev: Evidence, *, records_agree: bool) -> replaying.Replay:
     """The stage kind's replay of a complete run whose records agree (``records_agree``:
     the checks found nothing and nothing blocked them), with the code of the run's
     source commit (:mod:`prereg.decisions.replay`)."""
     m = ev.manifest or {}
     if m.get("status") != COMPLETE:
-        return Replay(False, "not replayed: the run is not complete")
+        return replaying.Replay(False, "not replayed: the run is not complete")
     if not records_agree:
-        return Replay(False, "not replayed: the records do not agree")
+        return replaying.Replay(False, "not replayed: the records do not agree")
     plan = ev.plan
     if plan is None:
-        return Replay(False, "not replayed: the plan could not be read at the run's commit")
+        return replaying.Replay(
+            False, "not replayed: the plan could not be read at the run's commit"
+        )
     stage = m["stage"]
-    run = replay.request(ev.root, ev.run_dir, plan, stage, plan.stage(stage)["kind"], ev.items)
-    return replay.replay_run(ev.root, str(ev.source_commit), run)
+    run = replaying.request(ev.root, ev.run_dir, plan, stage, plan.stage(stage)["kind"], ev.items)
+    return replaying.replay_run(ev.root, str(ev.source_commit), run)
 
 
 # -- JUnit names -------------------------------------------------------------------------------
@@ -1485,7 +1486,7 @@ def audit_run(root: Path, run_dir: Path, *, replay: bool = True) -> AuditResult:
                 f"{check.__name__} stopped on an unexpected error (please report it): "
                 f"{describe(err)}"
             )
-    done = Replay(False, "not replayed (--no-replay)")
+    done = replaying.Replay(False, "not replayed (--no-replay)")
     if replay:
         try:
             done = replay_stage(ev, records_agree=not findings and not blockers)

@@ -107,6 +107,7 @@ __all__ = [
     "approval_record",
     "describe_amendment",
     "describe_disclosures",
+    "passed_whole_stage",
     "rehearsal_disclosure",
 ]
 
@@ -230,6 +231,12 @@ DISCLOSURE_SCHEMA = {
     "items_selected": NonNegativeInt,
     "summary_files": NonNegativeInt,
 }
+
+
+def passed_whole_stage(record: dict) -> bool:
+    """A rehearsal (its record or disclosure) that passed over every item of its stage: one
+    an approval's tree may have been tried by, and a rehearsal of a stage requiring it may read."""
+    return record.get("status") == "passed" and record.get("selection") is None
 
 
 def rehearsal_disclosure(record: dict) -> dict:

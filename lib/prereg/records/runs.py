@@ -29,6 +29,7 @@ from prereg.records import (  # the names, in prereg.records; the paths, here
     START_RECORD,
     SUMMARY_DIR,
     ledger,
+    passed_whole_stage,
 )
 
 # A manifest's status (prereg.records).
@@ -384,9 +385,7 @@ def latest_whole_rehearsal(root: Path, stage: str) -> str | None:
     """The name of the newest rehearsal of ``stage`` that passed over the whole stage (which
     a rehearsal of a stage requiring it may read in place of a run), or None."""
     passed = [
-        r["name"]
-        for r in all_rehearsals(root)
-        if r.get("stage") == stage and r.get("status") == "passed" and r.get("selection") is None
+        r["name"] for r in all_rehearsals(root) if r.get("stage") == stage and passed_whole_stage(r)
     ]
     return passed[-1] if passed else None  # names sort by their UTC stamp
 

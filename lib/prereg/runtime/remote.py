@@ -24,9 +24,10 @@ file system with the controller. So:
   snapshot's tree id equals the controller's, and moves into it (:func:`enter`) before
   xdist starts it: it collects and runs from the snapshot, so nothing done to its working
   tree after the proof reaches the run. The manifest records each worker's ``snapshot``
-  (commit, tree, folder); the audit compares its tree with the source commit's. After pytest has
-  loaded in the worker, the worker re-checks its loaded code before its first item (the research
-  fixture); a failure there errors its items and the run ends ``incomplete`` naming the worker.
+  (commit, tree, folder); the audit compares its tree with the source commit's. Once it has
+  collected, the worker judges the code it loaded and reports it with its collection, before
+  the run id is spent (:func:`prereg.runtime.items.judge_worker_collection`); it judges again
+  before its first item (the research fixture), where a failure errors its items.
 * **Outputs through xdist's channel.** A remote worker writes an item's outputs into a
   private temporary folder; the item report carries them back in ``user_properties``
   (:func:`pack`: chunks of :data:`CHUNK_BYTES`, at most :data:`MAX_ITEM_BYTES` per item;

@@ -21,7 +21,7 @@ from prereg.decisions import approval as approvals
 from prereg.decisions import bindings
 from prereg.evidence import hermetic
 from prereg.kinds.plans import Plan, load_plan
-from prereg.records import REHEARSAL_NAME_PATTERN
+from prereg.records import REHEARSAL_NAME_PATTERN, passed_whole_stage
 from prereg.records.runs import (
     RehearsalLayout,
     RunLayout,
@@ -432,12 +432,7 @@ def _consumable(root: Path, stage: str, name: str) -> bool:
         record = read_json(RehearsalLayout(root, name).record, what="rehearsal record")
     except (OSError, ValueError):
         return False
-    return (
-        isinstance(record, dict)
-        and record.get("stage") == stage
-        and record.get("status") == "passed"
-        and record.get("selection") is None
-    )
+    return isinstance(record, dict) and record.get("stage") == stage and passed_whole_stage(record)
 
 
 def _pairs(values: list[str], option: str) -> dict[str, str]:
