@@ -95,9 +95,11 @@ def test_each_remote_is_asked_for_the_run_ids_start_and_the_stages_attempt(
 
 
 def _spent_and_pushed(tmp_path, **spec) -> tuple:
-    """A toy project with a bare remote ``origin``, its stage run once (spent, pushed)."""
+    """A toy project with a bare remote ``origin``, its stage rehearsed and run once (spent,
+    pushed)."""
     toy = make_toy_repo(tmp_path / "study", {"toy": stage_spec("toy", **spec)})
     origin = _bare_origin(toy, tmp_path / "origin.git")
+    assert toy.pytest("--research-stage=toy", "--rehearse").returncode == 0
     toy.approve("toy", RUN)
     toy.git("push", "-q", "origin", "HEAD:refs/heads/main")
     done = toy.pytest("--research-stage=toy")
@@ -112,6 +114,8 @@ def test_a_run_pushes_its_spend_and_a_clone_cannot_rerun_the_spent_id(tmp_path):
         {"remote": "origin", "url": str(origin), "consulted": True, "problem": None}
     ]
     assert {ledger.start_ref(RUN), ledger.manifest_ref(RUN)} <= set(_remote_refs(origin))
+    [disclosed] = json.loads(toy.layout(RUN).approval_copy.read_text())["rehearsals"]
+    assert ledger.rehearsal_ref("toy", disclosed["name"]) in _remote_refs(origin)  # shared too
     clone = _clone(origin, tmp_path / "clone")
     assert ledger.spent_run_ids(clone.root) == []  # git clone does not copy refs/prereg/*
     again = clone.pytest("--research-stage=toy")

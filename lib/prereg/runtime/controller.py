@@ -207,9 +207,14 @@ class Controller(XdistBridge, TerminalOutput):
                 "`prereg audit` names it. Free the disk or fix the permissions, then approve "
                 "a new run id"
             ) from None
+        disclosed = [  # the rehearsals its approval lists, as git here still holds them
+            ledger.rehearsal_ref(settings.stage, d["name"])
+            for d in record.data.get("rehearsals", [])
+        ]
         self._publish(
             [ledger.start_ref(record.run_id), ledger.source_ref(record.run_id)]
             + [ledger.attempt_ref(settings.stage)] * single
+            + [ref for ref in disclosed if ledger.read(self.root, ref) is not None]
         )
         self.started = time.time()
         self.started_at = started_at
