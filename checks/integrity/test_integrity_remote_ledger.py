@@ -130,6 +130,19 @@ def test_a_run_pushes_its_spend_and_a_clone_cannot_rerun_the_spent_id(tmp_path):
     assert toy.audit(RUN).returncode == 0
 
 
+def test_status_warns_of_a_copy_that_holds_approvals_but_no_records(tmp_path):
+    """A copy of the project without its remote (an archive, a clone whose remote was
+    removed): no record says which approvals ran, and status says so instead of listing
+    every approval as unspent without a word."""
+    toy, origin = _spent_and_pushed(tmp_path)
+    copy = _clone(origin, tmp_path / "copy")
+    copy.git("remote", "remove", "origin")
+    status = json.loads(copy.prereg("status", "--json", check=True).stdout)
+    assert any("holds no refs/prereg/* record and has no remote" in p for p in status["problems"])
+    mine = json.loads(toy.prereg("status", "--json", check=True).stdout)
+    assert not any("holds no refs/prereg/*" in p for p in mine["problems"]), mine
+
+
 def test_a_clone_cannot_take_a_single_attempt_its_remote_records(tmp_path):
     _, origin = _spent_and_pushed(tmp_path, single_attempt=True)
     assert ledger.attempt_ref("toy") in _remote_refs(origin)

@@ -75,6 +75,14 @@ def project_status(root: Path, today: date | str | None = None) -> dict:
     runs = [r for r in all_runs(root) if valid_run_id(r.run_id)]
     spent = set(ledger.spent_run_ids(root))
     spent |= _spent_on_remotes(root, {a.run_id for a in approvals} - spent, problems)
+    committed = [a for a in approvals if commit_state(root, a.path) == COMMITTED]
+    if committed and not spent and not ledger.remotes(root):
+        problems.append(
+            f"{len(committed)} committed approval(s), and this clone holds no refs/prereg/* "
+            "record and has no remote to ask: git clone does not copy them. If these approvals "
+            "ran in another clone, fetch its records before you run (git fetch <that clone> "
+            "'refs/prereg/*:refs/prereg/*'); a spent run id is refused only where its record is"
+        )
     for stage in [a.stage for a in approvals] + [r.stage for r in runs if r.stage]:
         stages.setdefault(stage, None)
 
