@@ -170,11 +170,6 @@ def rehearsal_warning(root: Path, stage: str) -> str | None:
 # -- amendments -------------------------------------------------------------------------------
 
 
-class AmendmentError(ApprovalError):
-    """The plan changed since the stage's previous approval and no reason was given (or a
-    reason was given for a plan that did not change)."""
-
-
 _ABSENT = object()
 
 
@@ -210,20 +205,27 @@ def amendment(
     from the one the stage's previous approval bound, and which runs had outcomes by then
     under another plan. None when there is no previous approval or the plan is its plan.
 
-    Raises :class:`AmendmentError` when the plan changed and ``reason`` is None, or when a
-    reason is given and nothing changed."""
+    Raises :class:`ApprovalError` when the plan changed and ``reason`` is None, when a
+    reason is given and nothing changed, and when the earlier plan cannot be read."""
     earlier = [a for a in approvals if a.stage == stage]
     previous = max(earlier, key=lambda a: (a.data["approved_at"], a.run_id), default=None)
     if previous is None or previous.data["plan"]["sha256"] == plan.sha256:
         if reason is not None:
-            raise AmendmentError(
+            raise ApprovalError(
                 f"--amend: the plan of stage {stage} is the one "
                 f"{'its previous approval bound' if previous else 'no earlier approval bound'}: "
                 "there is no amendment to record; approve without --amend"
             )
         return None
     bound = previous.data["plan"]
-    before = gitrepo.show_bytes(root, previous.data["source_anchor"], bound["path"])
+    try:
+        before = gitrepo.show_bytes(root, previous.data["source_anchor"], bound["path"])
+    except gitrepo.GitError as err:
+        raise ApprovalError(
+            f"{previous.path.name} binds plan {bound['path']} at commit "
+            f"{previous.data['source_anchor'][:12]}, which git cannot read here ({err}): the "
+            "earlier plan cannot be compared; fetch the full history (git fetch --unshallow)"
+        ) from None
     if sha256_bytes(before) != bound["sha256"]:
         raise ApprovalError(
             f"{previous.path.name} binds plan {bound['path']} with SHA-256 {bound['sha256'][:12]}, "
@@ -239,7 +241,7 @@ def amendment(
     ]
     if reason is None:
         fields = "; ".join(f"{c['field']}: {c['from']!r} -> {c['to']!r}" for c in changed)
-        raise AmendmentError(
+        raise ApprovalError(
             f"the plan of stage {stage} changed since its previous approval "
             f"({previous.path.name}, plan SHA-256 {bound['sha256'][:12]}): {fields}. Complete runs "
             f'under another plan by now: {outcomes or "none"}. Approve with --amend "why" to '
