@@ -36,6 +36,12 @@ project or in an existing one (then only the stage's files and its line in pytes
     the items, one per replicate, marked ``research_stage(NAME)``.
 ``checks/test_<package>_kind.py``
     a software check of the kind's settings, seeds, item, summary and replay, no run.
+
+``prereg init --stage NAME --requires OTHER`` (in an existing project) writes a stage that
+decides from a run of OTHER instead: no plan of its own (NAME joins OTHER's plan, so its
+rule is frozen before OTHER runs; one item, no seed, a single attempt), a kind whose item
+reads the summary of the OTHER run its approval binds and applies the plan's rule
+(``field``, ``threshold``), its items module and its software check.
 """
 
 from __future__ import annotations
