@@ -334,6 +334,8 @@ def test_a_stage_that_requires_another_joins_its_plan_rehearses_on_its_rehearsal
     assert made["decision"] == ("above" if summary["mean_of_means"] > 0 else "not above")
     audit = project.audit(f"decision-{day}-001")
     assert audit.returncode == 0 and "clean" in audit.stdout, audit.stdout
+    later = project.prereg("init", "--stage", "later", "--requires", STAGE, ".", check=True)
+    assert f"note: {STAGE} has approvals under its plan" in later.stdout, later.stdout
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,7 @@ from pathlib import Path, PurePosixPath
 from string import Template
 
 from prereg.base.provenance import pin_form, pinned_environment
+from prereg.decisions.approval import list_approvals
 from prereg.records import STAGE_NAME
 
 PYTEST_INI = """\
@@ -993,6 +994,11 @@ def stage_next_steps(done: StageInit) -> str:
         lines.append("  (and ran git init)")
     add = "-A" if new else " ".join([*done.written, "pytest.ini"])
     other = layout.requires
+    if other is not None and any(a.stage == other for a in list_approvals(done.folder)):
+        lines.append(
+            f"note: {other} has approvals under its plan, which now holds {stage} too: "
+            f"{other}'s next approval records that as an amendment (--amend \"why\")"
+        )
     lines += ["", "next steps:", f"  cd {done.folder}"]
     lines += [f"  {pytest} -m software        # the stage's check passes as written"]
     if other is not None:
