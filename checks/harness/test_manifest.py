@@ -196,7 +196,7 @@ def test_audit_checks_the_approval_binding(honest_copy):
 
 def test_a_summary_that_fails_halfway_is_kept_hashed_and_never_an_aggregate(honest_copy):
     from prereg.base.hashing import write_json
-    from prereg.decisions.audit import _hash_findings
+    from prereg.decisions.audit.checks import _hash_findings
     from prereg.decisions.manifest import build_manifest
 
     toy = honest_copy

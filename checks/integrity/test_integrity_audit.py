@@ -505,7 +505,7 @@ identifiers = st.from_regex(r"[a-z_][a-z0-9_]{0,6}", fullmatch=True)
 def test_property_junit_names_map_to_node_ids_as_pytest_writes_them(folders, module, names, params):
     from _pytest.junitxml import mangle_test_address
 
-    from prereg.decisions.audit import _junit_key
+    from prereg.decisions.audit.evidence import _junit_key
 
     path = "/".join([*folders, f"test_{module}.py"])
     nodeid = "::".join([path, *names]) + ("" if params is None else f"[{params}]")
@@ -784,15 +784,16 @@ def test_a_check_that_stops_is_a_blocker_naming_it(honest, monkeypatch):
 
 def test_a_run_file_that_cannot_be_read_is_a_blocker_not_a_missing_file(honest, monkeypatch):
     from prereg.decisions import audit
+    from prereg.decisions.audit import evidence
 
-    real = audit.hash_entry
+    real = evidence.hash_entry
 
     def hash_entry(root, rel):
         if rel == "junit.xml":
             raise PermissionError(13, "Permission denied", rel)
         return real(root, rel)
 
-    monkeypatch.setattr(audit, "hash_entry", hash_entry)
+    monkeypatch.setattr(evidence, "hash_entry", hash_entry)
     result = audit.audit_run(honest.root, honest.run_dir(RUN), replay=False)
     assert result.findings == (), result.findings
     (blocker,) = result.blockers

@@ -144,13 +144,13 @@ def test_writers_and_readers_take_their_formats_from_records():
     """The names the writers and readers use are the records module's objects."""
     assert approval.APPROVAL_SCHEMA is records.APPROVAL_SCHEMA
     assert approval.FORMAT is records.APPROVAL_FORMAT
-    assert manifest.FORMAT is records.MANIFEST_FORMAT is audit.FORMAT
+    assert manifest.FORMAT is records.MANIFEST_FORMAT is audit.evidence.FORMAT
     assert verdicts.FORMAT is records.VERDICT_FORMAT
     assert rehearsal.FORMAT is records.REHEARSAL_FORMAT
-    assert audit.MANIFEST_FIELDS is records.MANIFEST_FIELDS
-    assert audit.ITEM_FIELDS is records.ITEM_FIELDS
-    assert audit.START_FIELDS is records.START_FIELDS
-    assert audit.CLEAN is records.CLEAN and audit.COULD_NOT_AUDIT is records.COULD_NOT_AUDIT
+    assert audit.evidence.MANIFEST_FIELDS is records.MANIFEST_FIELDS
+    assert audit.evidence.ITEM_FIELDS is records.ITEM_FIELDS
+    assert audit.evidence.START_FIELDS is records.START_FIELDS
+    assert audit.EXIT_CODES.keys() == {records.CLEAN, records.FINDINGS, records.COULD_NOT_AUDIT}
     assert approval.APPROVALS == Path(records.APPROVALS_DIR)
     assert runs.COMPLETE is records.COMPLETE and runs.INCOMPLETE is records.INCOMPLETE
 

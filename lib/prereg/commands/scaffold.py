@@ -997,7 +997,7 @@ def stage_next_steps(done: StageInit) -> str:
     if other is not None and any(a.stage == other for a in list_approvals(done.folder)):
         lines.append(
             f"note: {other} has approvals under its plan, which now holds {stage} too: "
-            f"{other}'s next approval records that as an amendment (--amend \"why\")"
+            f'{other}\'s next approval records that as an amendment (--amend "why")'
         )
     lines += ["", "next steps:", f"  cd {done.folder}"]
     lines += [f"  {pytest} -m software        # the stage's check passes as written"]
