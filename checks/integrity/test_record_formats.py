@@ -251,3 +251,27 @@ def test_the_docs_check_finds_a_missing_and_an_unknown_field():
     assert "workers" not in dropped
     _, added = documented_manifest_fields(text.replace("`workers`;", "`workers`; `cpu`;"))
     assert "cpu" in added and "cpu" not in set().union(*MANIFEST_SCHEMAS)
+
+
+def documented_approval_fields(markdown: str) -> set[str]:
+    """The field names the first column of the approval record's table lists."""
+    match = re.search(
+        r"## The approval record .*?\n\| field \| what \|\n\|---\|---\|\n(.*?)\n\n",
+        markdown,
+        re.DOTALL,
+    )
+    assert match, f"{DOCS}: no table under '## The approval record'"
+    return {
+        name for row in match.group(1).splitlines() for name in _backticked(row.split("|")[1])[0]
+    }
+
+
+def test_the_docs_name_every_field_of_the_approval_record_and_no_other():
+    documented = documented_approval_fields(DOCS.read_text(encoding="utf-8"))
+    assert documented == set(records.APPROVAL_SCHEMA), (
+        f"{DOCS}: the approval record's table names {sorted(documented)}; the schema has "
+        f"{sorted(records.APPROVAL_SCHEMA)}"
+    )
+    assert "amendment" not in documented_approval_fields(
+        DOCS.read_text(encoding="utf-8").replace("| `amendment` |", "| amendment |")
+    )
