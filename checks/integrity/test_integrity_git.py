@@ -73,6 +73,59 @@ def overwrite_object(root: Path, oid: str, kind: str, data: bytes) -> None:
 # -- the environment and the configuration ---------------------------------------------------
 
 
+working_trees = st.fixed_dictionaries(
+    {},
+    optional={
+        "edit": st.text("abc\n", max_size=8),  # a tracked file's new text
+        "untracked": st.binary(max_size=64),  # a file git does not track yet
+        "script": st.binary(max_size=16),  # an untracked executable
+        "ignored": st.binary(max_size=16),  # an ignored file (never part of the tree)
+        "removed": st.just(True),  # a tracked file deleted
+    },
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(change=working_trees)
+def test_the_working_tree_id_is_what_git_add_all_would_commit_and_stores_no_untracked_file(
+    tmp_path_factory, change
+):
+    """A rehearsal's tree: equal to ``git add -A`` then ``write-tree`` (on a throwaway index),
+    the real index untouched, and the bytes of a file git does not track never stored."""
+    root = scratch(tmp_path_factory.mktemp("tree") / "r")
+    (root / ".gitignore").write_text("*.log\n")
+    if "edit" in change:
+        (root / "f.py").write_text(change["edit"])
+    if "untracked" in change:
+        (root / "data.bin").write_bytes(change["untracked"] + b"untracked")
+    if "script" in change:
+        (root / "run.sh").write_bytes(change["script"])
+        (root / "run.sh").chmod(0o755)
+    if "ignored" in change:
+        (root / "out.log").write_bytes(change["ignored"])
+    if change.get("removed"):
+        (root / "sub" / "g.py").unlink()
+    index_before = (root / ".git" / "index").read_bytes()
+    made = gitrepo.working_tree_id(root)
+    assert (root / ".git" / "index").read_bytes() == index_before
+    if "untracked" in change:
+        blob = gitrepo.object_id("blob", (root / "data.bin").read_bytes())
+        assert not loose_path(root, blob).exists(), "an untracked file was stored"
+    scratch_index = root / ".git" / "scratch-index"
+    env = {"GIT_INDEX_FILE": str(scratch_index)}
+    for args in (["read-tree", "HEAD"], ["add", "-A"]):
+        subprocess.run(
+            ["git", "-C", str(root), *args], env={**os.environ, **CLEAN_GIT, **env}, check=True
+        )
+    expected = subprocess.run(
+        ["git", "-C", str(root), "write-tree"], env={**os.environ, **CLEAN_GIT, **env},
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert made == expected
+
+
 def test_git_variables_in_the_environment_cannot_point_git_at_another_repository(
     tmp_path, monkeypatch
 ):

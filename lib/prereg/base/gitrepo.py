@@ -140,15 +140,46 @@ def user_name(root: Path) -> str:
 
 def working_tree_id(root: Path) -> str:
     """The id of the tree a commit of everything would hold now (``git add -A``: every file
-    tracked or not ignored, as it is on disk), written with an index of its own, so the
-    repository's index and refs are untouched. Equal to ``HEAD^{tree}`` in a clean checkout."""
+    tracked or not ignored, as it is on disk), made with an index of its own, so the
+    repository's index and refs are untouched. Equal to ``HEAD^{tree}`` in a clean checkout.
+
+    Only tracked files' changes are written into git's object store (as ``git add -u``
+    would); a file git does not track yet is hashed here and never stored, so an untracked
+    data file does not grow the repository at every rehearsal."""
     with tempfile.TemporaryDirectory(prefix="prereg-index-") as scratch:
         index = Path(scratch, "index")
         own = Path(root, git(root, "rev-parse", "--git-path", "index").strip())
         if own.is_file():  # its stat cache: only files changed since are read again
             shutil.copyfile(own, index)
-        run(root, "add", "-A", index=index)
-        return run(root, "write-tree", index=index).stdout.decode().strip()
+        run(root, "add", "-u", index=index)
+        listed = run(root, "ls-files", "-z", "--others", "--exclude-standard", index=index)
+        algorithm = object_format(root)
+        entries = [
+            _untracked_entry(Path(root), rel, algorithm)
+            for rel in listed.stdout.decode("utf-8", "surrogateescape").split("\0")
+            if rel
+        ]
+        if entries:
+            lines = "".join(f"{mode} {oid}\t{rel}\0" for mode, oid, rel in entries if oid)
+            run(root, "update-index", "-z", "--index-info", data=lines.encode(), index=index)
+        return run(root, "write-tree", "--missing-ok", index=index).stdout.decode().strip()
+
+
+def _untracked_entry(root: Path, rel: str, algorithm: str) -> tuple[str, str | None, str]:
+    """(mode, blob id, path) of an untracked file as git would add it, hashed in chunks."""
+    path = root / rel
+    if path.is_symlink():
+        return "120000", object_id("blob", os.fsencode(os.readlink(path)), algorithm), rel
+    try:
+        size = path.stat().st_size
+        mode = "100755" if path.stat().st_mode & stat.S_IXUSR else "100644"
+        digest = hashlib.new(algorithm, b"blob %d\0" % size)
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError:  # gone since it was listed
+        return "100644", None, rel
+    return mode, digest.hexdigest(), rel
 
 
 def head_commit(root: Path) -> str:
