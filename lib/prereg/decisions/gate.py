@@ -14,7 +14,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import prereg
 from prereg.base import gitrepo, provenance
@@ -512,6 +512,50 @@ def _unbound_kind(bound: dict, kind: str | None) -> list[str]:
     return registry.unbound_problems(bound, registry.STAGE_KINDS, kind)
 
 
+def _read_tree(root: Path, head: str) -> tuple[tuple[str, ...], ...]:
+    """(history problems, dirty paths, irregular entries) of the checkout at ``head``; a
+    corrupt object is a history problem (a refusal), never a crash."""
+    try:
+        history = tuple(gitrepo.history_problems(root))
+        dirty = tuple(gitrepo.dirty_paths(root))
+        irregular = tuple(
+            snapshots.irregular_entry(rel, mode, head)
+            for rel, mode in (gitrepo.irregular_entries(root, head) if head else ())
+        )
+    except gitrepo.GitError as err:
+        return (f"git cannot read {root}'s objects intact: {err}",), (), ()
+    return history, dirty, irregular
+
+
+def _read_plan(plan_file: Path, stage: str) -> tuple[Any, str | None, str | None]:
+    """(the plan, why it does not load, its SHA-256); the file missing gives three Nones."""
+    if not plan_file.is_file():
+        return None, None, None
+    plan_sha = sha256_file(plan_file)
+    try:
+        plan = load_plan(plan_file)
+        validate_stage(plan, stage)
+    except (ValueError, LookupError) as err:
+        return None, str(err), plan_sha
+    return plan, None, plan_sha
+
+
+def _kind_check(root: Path, plan, stage: str, record: dict) -> Callable[[], list[str]] | None:
+    """The stage kind's own gate check, bound to this run (None: the kind has none)."""
+    kind = load_kind(plan.stage(stage)["kind"])
+    if kind.gate_check is None:
+        return None
+    return functools.partial(kind.gate_check, root, plan, stage, record)
+
+
+def _committed(root: Path, head: str, rel: str) -> bytes | None:
+    """The bytes HEAD holds at ``rel`` (None: it holds none)."""
+    try:
+        return gitrepo.show_bytes(root, head, rel)
+    except gitrepo.GitError:
+        return None
+
+
 def gather(
     root: Path,
     record: dict,
@@ -545,26 +589,10 @@ def gather(
     root = Path(root)
     record_rel = Path(record_path).relative_to(root).as_posix()
     head = gitrepo.head_commit(root)
-    try:
-        history = tuple(gitrepo.history_problems(root))
-        dirty = tuple(gitrepo.dirty_paths(root))
-        irregular = tuple(
-            snapshots.irregular_entry(rel, mode, head)
-            for rel, mode in (gitrepo.irregular_entries(root, head) if head else ())
-        )
-    except gitrepo.GitError as err:  # a corrupt object: refuse, do not crash
-        history, dirty, irregular = (f"git cannot read {root}'s objects intact: {err}",), (), ()
+    history, dirty, irregular = _read_tree(root, head)
     code = Path(snapshot.folder) if snapshot is not None else root
     environment = execution.Environment.read(code, snapshot)  # the checks and the record
-    plan_file = code / record["plan"]["path"]
-    plan, plan_problem, plan_sha = None, None, None
-    if plan_file.is_file():
-        plan_sha = sha256_file(plan_file)
-        try:
-            plan = load_plan(plan_file)
-            validate_stage(plan, stage)
-        except (ValueError, LookupError) as err:
-            plan, plan_problem = None, str(err)
+    plan, plan_problem, plan_sha = _read_plan(code / record["plan"]["path"], stage)
     baseline_file = code / record["baseline"]["path"]
     spec = plan.stage(stage) if plan is not None and stage in plan.stages else {}
     anchor = record["source_anchor"]
@@ -582,23 +610,16 @@ def gather(
             root, record["requires"], plan_sha256=record["plan"]["sha256"]
         )
         if plan is not None and not problems and not session_follows:
-            kind = load_kind(spec["kind"])
-            if kind.gate_check is not None:
-                kind_check = functools.partial(kind.gate_check, root, plan, stage, record)
-                if not defer_kind_check:
-                    problems += kind_check()
-                    kind_check = None
+            kind_check = _kind_check(root, plan, stage, record)
+            if kind_check is not None and not defer_kind_check:
+                problems += kind_check()
+                kind_check = None
     deviations_now: list[dict] = []
     if plan is not None:
         deviations_now = provenance.deviations(
             plan.data["environment_pins"], provenance.pinned_environment()
         )
-    committed = None
-    if not at_approval:
-        try:
-            committed = gitrepo.show_bytes(root, head, record_rel)
-        except gitrepo.GitError:
-            committed = None
+    committed = None if at_approval else _committed(root, head, record_rel)
     facts = Facts(
         stage=stage,
         record=record,
