@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -128,6 +129,42 @@ def test_a_rehearsal_is_never_a_required_run(rehearsed):
     assert layout.name in refused.stderr, refused.stderr
     assert "a rehearsal is never a run" in refused.stderr, refused.stderr
     assert len(runs.all_rehearsals(toy.root)) == 1, "no refused rehearsal left a folder"
+
+
+HOME_PROBE = """
+import json, os, tempfile
+from pathlib import Path
+import pytest
+
+pytestmark = pytest.mark.research_stage("toy")
+
+
+@pytest.mark.parametrize("cell", [0, 1])
+def test_cell(cell, research):
+    research.coords(cell=cell)
+    seen = {"home": str(Path.home()), "tmp": tempfile.gettempdir(), "pid": os.getpid()}
+    (research.outputs / "seen.json").write_text(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "two-workers"])
+def test_a_rehearsal_has_a_home_and_temporary_folder_of_its_own_as_a_run_has(tmp_path, workers):
+    """What an item reads from the user's home fails in a rehearsal as in the run; the
+    folders are gone afterwards and the user's environment is as it was."""
+    toy = make_toy_repo(tmp_path / "toy", stages={"toy": stage_spec("toy")})
+    (toy.root / "experiments" / "test_toy.py").write_text(HOME_PROBE)
+    home = tmp_path / "home"
+    home.mkdir()
+    done = toy.pytest("--research-stage=toy", "--rehearse", *workers, env={"HOME": str(home)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    layout, _ = _only_rehearsal(toy)
+    seen = [json.loads(p.read_text()) for p in layout.folder.glob("items/*/seen.json")]
+    assert len(seen) == 2
+    for one in seen:
+        world = Path(one["home"]).parent
+        assert Path(one["home"]) != home and world.name.startswith("prereg-rehearsal-world-")
+        assert Path(one["tmp"]) == world / "tmp"
+        assert not world.exists()
 
 
 def test_a_failing_item_fails_the_rehearsal_and_two_workers_run_the_whole_stage(tmp_path):

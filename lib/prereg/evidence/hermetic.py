@@ -30,6 +30,7 @@ import os
 import shlex
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import prereg
@@ -157,20 +158,28 @@ def session_environment(folder: Path, environ: dict[str, str] | None = None) -> 
     checks, would otherwise write ``.hypothesis/`` into the snapshot and change its tree."""
     environ = os.environ if environ is None else environ
     kept = {name: environ[name] for name in PASSED_VARIABLES if name in environ}
-    own = {name: str(snapshot.scratch(folder) / sub) for name, sub in PRIVATE_FOLDERS.items()}
+    own = private_variables(snapshot.scratch(folder), environ)
+    return {**kept, **SESSION_VARIABLES, **cache_variables(folder), **own}
+
+
+def private_variables(place: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """A process's own world in folder ``place``: :data:`PRIVATE_FOLDERS` there, the user's
+    cache folder by its path (:data:`CACHE_HOME`), and the user's home for git's remotes
+    (:data:`prereg.base.gitrepo.USER_HOME`), from ``environ``."""
+    own = {name: str(Path(place) / sub) for name, sub in PRIVATE_FOLDERS.items()}
     home = environ.get("HOME")
     if home:
         own[gitrepo.USER_HOME] = home
     cache = environ.get(CACHE_HOME) or (home and str(Path(home, ".cache")))
     if cache:
         own[CACHE_HOME] = cache
-    return {**kept, **SESSION_VARIABLES, **cache_variables(folder), **own}
+    return own
 
 
-def private_world(folder: Path) -> None:
-    """Make the session's own folders (:data:`PRIVATE_FOLDERS`) beside snapshot ``folder``."""
+def private_world(place: Path) -> None:
+    """Make the folders of :func:`private_variables` in ``place``."""
     for sub in PRIVATE_FOLDERS.values():
-        (snapshot.scratch(folder) / sub).mkdir(parents=True, exist_ok=True)
+        (Path(place) / sub).mkdir(parents=True, exist_ok=True)
 
 
 def cache_variables(folder: Path) -> dict[str, str]:

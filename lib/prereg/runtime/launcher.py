@@ -65,7 +65,7 @@ def launch(config: pytest.Config) -> None:
         refusal = gate.Refusal("hermetic", f"the approved commit cannot be run: {err}")
         refuse(config, settings, record, [refusal])
     try:
-        hermetic.private_world(snapshot.folder)
+        hermetic.private_world(snapshots.scratch(snapshot.folder))
         lock = record.data.get("environment_lock") or {}
         loaded, blocked = entry_point_plugins(config, lock.get("distributions") or {})
         argv = hermetic.command(
