@@ -362,6 +362,27 @@ def test_requires_in_a_folder_without_a_project_is_refused(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_rehearsal_scale_the_kind_refuses_is_refused_by_the_check_and_approve(
+    scaffolded, tmp_path
+):
+    """A plan's rehearsal_parameters are the stage's parameters in a rehearsal: the kind
+    judges them at approve and in the project's software check, naming the field."""
+    root = tmp_path / "study"
+    shutil.copytree(scaffolded[0].root, root, symlinks=True)
+    project = _project(root)
+    plan = root / LAYOUT.plan
+    data = json.loads(plan.read_text())
+    data["stages"][STAGE]["rehearsal_parameters"] = {"replicates": 0}
+    plan.write_text(json.dumps(data, indent=2) + "\n")
+    project.commit("A rehearsal of no replicate")
+    why = f"stages.{STAGE}.rehearsal_parameters give a rehearsal parameters"
+    refused = project.prereg("approve", "--stage", STAGE, "--run-id", f"{STAGE}-20261206-001")
+    assert refused.returncode == 2 and why in refused.stderr, refused.stderr
+    assert "replicates: must be >= 1, got 0" in refused.stderr
+    checked = project.pytest("-m", "software")
+    assert checked.returncode == 1 and why in checked.stdout, checked.stdout
+
+
 def test_a_cell_whose_seed_cannot_be_derived_is_refused_by_the_check_and_approve(
     scaffolded, tmp_path
 ):

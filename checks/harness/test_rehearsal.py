@@ -13,8 +13,9 @@ import pytest
 
 from prereg import records
 from prereg.base import seeds
+from prereg.base.hashing import sha256_file
 from prereg.records import runs
-from support.toy import ToyRepo, make_toy_repo, stage_spec
+from support.toy import ToyRepo, left_behind, make_toy_repo, private_tmp, stage_spec
 
 pytestmark = pytest.mark.software
 
@@ -129,6 +130,29 @@ def test_a_rehearsal_is_never_a_required_run(rehearsed):
     assert layout.name in refused.stderr, refused.stderr
     assert "a rehearsal is never a run" in refused.stderr, refused.stderr
     assert len(runs.all_rehearsals(toy.root)) == 1, "no refused rehearsal left a folder"
+
+
+def test_a_rehearsal_takes_the_plans_rehearsal_scale_by_default_and_a_run_never(tmp_path):
+    """A plan's rehearsal_parameters (2 cells of 4): the rehearsal runs 2 items and says so,
+    its record and disclosure name the scale and the plan itself; --rehearse-full-scale
+    runs 4; the approved run always takes the plan's parameters."""
+    spec = stage_spec("toy", rehearsal_parameters={"cells": 2})
+    toy = make_toy_repo(tmp_path / "toy", stages={"toy": spec})
+    done = toy.pytest("--research-stage=toy", "--rehearse", env=private_tmp(tmp_path / "tmp"))
+    said = done.stdout + done.stderr
+    assert done.returncode == 0 and "2 passed" in said, said
+    assert left_behind(tmp_path / "tmp") == []  # its scaled plan and its world are removed
+    assert "at the plan's rehearsal scale {'cells': 2}" in said, said
+    _, record = _only_rehearsal(toy)
+    plan = toy.root / "plans" / "TOY_PLAN.json"
+    assert record["plan"] == {"path": "plans/TOY_PLAN.json", "sha256": sha256_file(plan)}
+    assert record["scale"]["parameters"] == {"cells": 2}
+    assert _disclosure(toy, record["name"])["scale"] == {"cells": 2}
+    full = toy.pytest("--research-stage=toy", "--rehearse", "--rehearse-full-scale")
+    assert full.returncode == 0 and "4 passed" in full.stdout, full.stdout + full.stderr
+    toy.approve("toy", RUN_ID)
+    ran = toy.pytest("--research-stage=toy")
+    assert ran.returncode == 0 and len(toy.manifest(RUN_ID)["items"]) == 4, ran.stdout
 
 
 HOME_PROBE = """

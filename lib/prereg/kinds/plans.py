@@ -9,6 +9,7 @@ exactly the bytes that were reviewed.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,9 @@ STAGE_SCHEMA = {
     "threads_per_worker": PositiveInt,  # torch / BLAS / OpenMP threads per test process, >= 1
     "inputs": [str],  # names of inputs the approval must bind (prereg approve --input)
     "parameters": ANY,  # validated by the stage kind
+    # a rehearsal's parameters by default (smaller counts): each replaces the parameter
+    # of its name; the run always takes "parameters"
+    "rehearsal_parameters": Optional(MapOf(ANY)),
 }
 
 PLAN_SCHEMA = {
@@ -125,8 +129,35 @@ def load_plan(path: Path) -> Plan:
 
 
 def validate_stage(plan: Plan, stage: str) -> None:
-    """The stage's kind validates its parameters (an unknown kind is an error too)."""
-    load_kind(plan.stage(stage)["kind"]).check(plan, stage)
+    """The stage's kind validates its parameters (an unknown kind is an error too), and
+    those of its rehearsal scale (:func:`rehearsal_data`) when the plan declares one."""
+    kind = load_kind(plan.stage(stage)["kind"])
+    kind.check(plan, stage)
+    scaled = rehearsal_data(plan.data, stage)
+    if scaled is not None:
+        try:
+            kind.check(Plan(path=plan.path, sha256=plan.sha256, data=scaled), stage)
+        except ValueError as err:
+            raise ValueError(
+                f"{plan.path}: stages.{stage}.rehearsal_parameters give a rehearsal parameters "
+                f"the stage's kind refuses: {err}"
+            ) from None
+
+
+def rehearsal_data(data: dict, stage: str) -> dict | None:
+    """The plan's data as a rehearsal of ``stage`` takes it by default: the stage's
+    ``parameters`` with its ``rehearsal_parameters`` in place (None: it declares none)."""
+    overrides = data["stages"][stage].get("rehearsal_parameters")
+    if overrides is None:
+        return None
+    if not isinstance(data["stages"][stage]["parameters"], dict):
+        raise SchemaError(
+            f"stages.{stage}.rehearsal_parameters replaces parameters by name: the stage's "
+            "parameters must be a JSON object"
+        )
+    scaled = copy.deepcopy(data)
+    scaled["stages"][stage]["parameters"].update(copy.deepcopy(overrides))
+    return scaled
 
 
 def baseline_problems(root: Path) -> list[str]:

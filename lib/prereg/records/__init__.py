@@ -227,6 +227,7 @@ DISCLOSURE_SCHEMA = {
     "tree": Nullable(str),
     "uncommitted_paths": NonNegativeInt,
     "plan": {"path": str, "sha256": str},
+    "scale": Nullable(MapOf(object)),  # the rehearsal_parameters it ran with (None: the plan's)
     "selection": Nullable(str),
     "items_selected": NonNegativeInt,
     "summary_files": NonNegativeInt,
@@ -246,6 +247,7 @@ def rehearsal_disclosure(record: dict) -> dict:
         "format": DISCLOSURE_FORMAT,
         **{field: record.get(field) for field in DISCLOSURE_SCHEMA if field != "format"},
         "uncommitted_paths": len(record["uncommitted_paths"]),
+        "scale": (record.get("scale") or {}).get("parameters"),
         "summary_files": len(record["summary_files"]),
     }
 
@@ -455,6 +457,8 @@ REHEARSAL_SCHEMA = {
     # the working tree's id (gitrepo.working_tree_id): what was rehearsed, uncommitted edits too
     "tree": Optional(Nullable(str)),
     "plan": {"path": str, "sha256": str},
+    # at the plan's rehearsal scale: the plan read, and the rehearsal_parameters put in place
+    "scale": Optional(Nullable({"plan": {"path": str, "sha256": str}, "parameters": dict})),
     "inputs": Nullable(MapOf(INPUT_BINDING)),
     "required_runs": Nullable(MapOf(str)),  # stage -> run id
     "arguments": [str],
@@ -472,6 +476,7 @@ REHEARSAL_BINDINGS_SCHEMA = {
     "rehearsal": str,
     "stage": str,
     "plan": {"path": str, "sha256": str},
+    "scale": Optional(Nullable(dict)),  # the rehearsal_parameters in place (None: none)
     "seed_namespace": Nullable(str),
     "inputs": Nullable(MapOf(INPUT_BINDING)),
     "requires": MapOf(REQUIRED_RUN),

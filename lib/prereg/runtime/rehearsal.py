@@ -70,6 +70,8 @@ class Rehearsal(Controller):
                 os.environ[name] = value
         tempfile.tempdir = None
         shutil.rmtree(self.world, ignore_errors=True)
+        if self.settings.rehearsal_scale is not None:  # the scaled plan it read
+            Path(self.settings.plan_path).unlink(missing_ok=True)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -185,12 +187,20 @@ class Rehearsal(Controller):
         bindings = {
             "rehearsal": REHEARSAL_NOTE,
             "stage": settings.stage,
-            "plan": {"path": settings.plan_path, "sha256": settings.plan_sha256},
+            "plan": self._plan_rehearsed(),
+            "scale": (settings.rehearsal_scale or {}).get("parameters"),
             "seed_namespace": settings.seed_namespace,
             "inputs": settings.inputs,
             "requires": requires,
         }
         manifest.write_atomic(self.layout.approval_copy, canonical_json(bindings).encode())
+
+    def _plan_rehearsed(self) -> dict:
+        """The plan's path and SHA-256 (the plan itself, not the scaled copy read)."""
+        scale = self.settings.rehearsal_scale
+        if scale is not None:
+            return dict(scale["plan"])
+        return {"path": self.settings.plan_path, "sha256": self.settings.plan_sha256}
 
     def _record_of(self, name: str) -> Path:
         """The record of a consumed run (its manifest) or rehearsal (its rehearsal.json)."""
@@ -213,7 +223,8 @@ class Rehearsal(Controller):
             "head_commit": head,
             "uncommitted_paths": dirty,
             "tree": tree,
-            "plan": {"path": self.settings.plan_path, "sha256": self.settings.plan_sha256},
+            "plan": self._plan_rehearsed(),
+            "scale": self.settings.rehearsal_scale,
             "inputs": self.settings.inputs,
             "required_runs": self.settings.required_runs,
             "arguments": list(self.config.invocation_params.args),
@@ -241,6 +252,12 @@ class Rehearsal(Controller):
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         where = self.layout.folder.relative_to(self.root)
         lines = [f"prereg: {REHEARSAL_NOTE}; stage {self.settings.stage}, into {where}/"]
+        scale = self.settings.rehearsal_scale
+        if scale is not None:
+            lines.append(
+                f"prereg: at the plan's rehearsal scale {scale['parameters']} (the run takes the "
+                "plan's parameters; --rehearse-full-scale rehearses with them)"
+            )
         lines += [
             f"prereg: stage {stage} is read from its rehearsal {name}, in place of a run (a "
             "run reads only a run)"

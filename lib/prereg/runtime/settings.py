@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,11 @@ from typing import Any
 import pytest
 
 from prereg.base import provenance, seeds
-from prereg.base.hashing import read_json, sha256_file
+from prereg.base.hashing import canonical_json, read_json, sha256_file
 from prereg.decisions import approval as approvals
 from prereg.decisions import bindings
 from prereg.evidence import hermetic
-from prereg.kinds.plans import Plan, load_plan
+from prereg.kinds.plans import Plan, load_plan, rehearsal_data
 from prereg.records import REHEARSAL_NAME_PATTERN, passed_whole_stage
 from prereg.records.runs import (
     RehearsalLayout,
@@ -60,6 +61,9 @@ class Settings:
         None  # name -> bound input (path, kind, sha256 or commit), from the approval
     )
     required_runs: dict | None = None  # stage -> run id, from the approval
+    # A rehearsal at its plan's rehearsal scale: {"plan": the plan's path and sha256,
+    # "parameters": the rehearsal_parameters}; plan_path is then the scaled plan it reads.
+    rehearsal_scale: dict | None = None
     # A remote worker (xdist socket=/ssh= gateway): outputs go back through the item report.
     ship_outputs: bool = False
     # The checkout whose runs/ the run writes and whose git records it (None: root itself).
@@ -122,6 +126,12 @@ def add_options(parser: pytest.Parser) -> None:
         default=False,
         help="rehearse the stage from the working tree without an approval, into "
         "runs/rehearsals/ (any selection: -k, one item, --pdb); not a run, nothing spent",
+    )
+    group.addoption(
+        "--rehearse-full-scale",
+        dest="prereg_rehearse_full_scale",
+        action="store_true",
+        help="rehearse with the plan's parameters, not its rehearsal_parameters",
     )
     group.addoption(
         "--rehearse-plan",
@@ -407,11 +417,23 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
     name = new_rehearsal_name(root, stage)
     if not config.option.collectonly:  # a listing writes nothing, not even a folder
         config.option.xmlpath = str(RehearsalLayout(root, name).junit)
+    plan_sha256, scale = sha256_file(root / plan_path), None
+    scaled = None if config.option.prereg_rehearse_full_scale else rehearsal_data(plan.data, stage)
+    if scaled is not None:  # read by this process and its workers; removed at its end
+        scale = {
+            "plan": {"path": plan_path, "sha256": plan_sha256},
+            "parameters": spec["rehearsal_parameters"],
+        }
+        handle, scaled_path = tempfile.mkstemp(prefix="prereg-rehearsal-plan-", suffix=".json")
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(canonical_json(scaled))
+        plan_path, plan_sha256 = scaled_path, sha256_file(Path(scaled_path))
     return Settings(
         root=str(root),
         stage=stage,
         plan_path=plan_path,
-        plan_sha256=sha256_file(root / plan_path),
+        plan_sha256=plan_sha256,
+        rehearsal_scale=scale,
         module=spec["module"],
         threads=threads,
         seed_namespace=seeds.rehearsal_namespace(spec.get("seed_namespace")),
