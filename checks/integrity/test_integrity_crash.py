@@ -93,6 +93,7 @@ def check_honest(toy: ToyRepo, cause: str, *, clean: bool = True) -> dict:
         ("sigterm", "SIGTERM"),  # the item signals its own process: the serial controller
         ("sigterm-controller", "SIGTERM"),
         ("sighup-controller", "SIGHUP"),
+        ("sigxcpu-controller", "SIGXCPU"),  # a CPU-time limit (ulimit -t) reached
         ("sigint-controller", "KeyboardInterrupt"),
     ],
 )

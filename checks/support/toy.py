@@ -29,7 +29,7 @@ import pytest
 from prereg.plugin import stage_plan
 
 pytestmark = pytest.mark.research_stage("{stage}")
-TO_CONTROLLER = ("sigterm-controller", "sighup-controller", "sigint-controller")
+TO_CONTROLLER = ("sigterm-controller", "sighup-controller", "sigint-controller", "sigxcpu-controller")
 
 
 def pytest_generate_tests(metafunc):

@@ -1,17 +1,19 @@
-"""Signal handling of a research run: SIGTERM and SIGHUP end it as an interruption (the
-manifest is written), and while the manifest is written every ending signal is noted, not
-obeyed."""
+"""Signal handling of a research run: SIGTERM, SIGHUP and SIGXCPU (a CPU-time limit
+reached, as a batch scheduler's ``ulimit -t`` sends it before SIGKILL) end it as an
+interruption (the manifest is written), and while the manifest is written every ending
+signal is noted, not obeyed."""
 
 from __future__ import annotations
 
 import signal
 
 # Signals that end a run from outside; each ends it as an interruption, manifest written.
-ENDING_SIGNALS = ("SIGTERM", "SIGHUP")
+ENDING_SIGNALS = ("SIGTERM", "SIGHUP", "SIGXCPU")
 
 
 def install_signal_handlers() -> dict:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt naming themselves; returns what to restore.
+    """Each of :data:`ENDING_SIGNALS` raises KeyboardInterrupt naming itself; returns what to
+    restore.
 
     A signal the run was started ignoring stays ignored: ``nohup pytest --research-stage=...``
     asks that a closed terminal (SIGHUP) not end the run."""
@@ -33,7 +35,7 @@ def _raise_keyboard_interrupt(signum, frame):
 
 
 def defer_signals(late: list[str]) -> dict:
-    """While the manifest is written, SIGINT, SIGTERM and SIGHUP are noted, not obeyed."""
+    """While the manifest is written, SIGINT and :data:`ENDING_SIGNALS` are noted, not obeyed."""
 
     def note(signum, frame):
         late.append(
