@@ -383,6 +383,31 @@ def test_a_rehearsal_scale_the_kind_refuses_is_refused_by_the_check_and_approve(
     assert checked.returncode == 1 and why in checked.stdout, checked.stdout
 
 
+def test_removing_a_run_approval_from_the_checkout_does_not_hide_the_plan_it_ran_under(
+    scaffolded, tmp_path
+):
+    """The amendment's base is also every spent run git records: `git rm` of the earlier
+    approval, then a relaxed plan, is still refused without --amend, naming that run."""
+    root = tmp_path / "study"
+    shutil.copytree(scaffolded[0].root, root, symlinks=True)
+    project = _project(root)
+    day = f"{datetime.now(timezone.utc):%Y%m%d}"
+    first = f"{STAGE}-{day}-001"
+    project.prereg("approve", "--stage", STAGE, "--run-id", first, check=True)
+    project.commit("Approve 001")
+    assert project.pytest(f"--research-stage={STAGE}").returncode == 0
+    project.git("rm", "-q", f"plans/approvals/{first}.json")
+    plan = root / LAYOUT.plan
+    data = json.loads(plan.read_text())
+    data["stages"][STAGE]["parameters"]["draws"] += 1
+    plan.write_text(json.dumps(data, indent=2) + "\n")
+    project.commit("Forget the first approval, and one more draw")
+    refused = project.prereg("approve", "--stage", STAGE, "--run-id", f"{STAGE}-{day}-002")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"changed since its previous approval ({first}.json" in refused.stderr, refused.stderr
+    assert "parameters.draws" in refused.stderr
+
+
 def test_a_cell_whose_seed_cannot_be_derived_is_refused_by_the_check_and_approve(
     scaffolded, tmp_path
 ):

@@ -43,6 +43,7 @@ from prereg.records import (
     APPROVALS_DIR,
     DISCLOSURE_SCHEMA,
     REHEARSAL_NAME_PATTERN,
+    RUN_ID_PATTERN,
     STAGE_NAME,
     approval_record,
     ledger,
@@ -198,6 +199,32 @@ def plan_differences(old: object, new: object, prefix: str = "") -> list[dict]:
     ]
 
 
+def spent_approvals(root: Path, stage: str, known: set[str]) -> list[Approval]:
+    """The approvals of ``stage``'s spent runs that ``known`` lacks, as committed at each
+    run's source commit: git records the spend (:mod:`prereg.records.ledger`), so removing
+    an approval record from the checkout does not hide the plan its run ran under."""
+    found = []
+    for run_id in ledger.spent_run_ids(root):
+        match = RUN_ID_PATTERN.match(run_id)
+        if match is None or match["stage"] != stage or run_id in known:
+            continue
+        try:
+            start = json.loads(ledger.read(root, ledger.start_ref(run_id)) or b"{}")
+            data = gitrepo.show_bytes(root, start["source_commit"], approval_record(run_id))
+            record = json.loads(data)
+            validate(
+                record, APPROVAL_SCHEMA, source=f"{approval_record(run_id)} at its run's commit"
+            )
+        except (gitrepo.GitError, ValueError, KeyError, TypeError):
+            continue  # the audit of that run names what is wrong with its records
+        found.append(
+            Approval(
+                path=Path(root, approval_record(run_id)), sha256=sha256_bytes(data), data=record
+            )
+        )
+    return found
+
+
 def amendment(
     root: Path, stage: str, plan, approvals: list[Approval], reason: str | None
 ) -> dict | None:
@@ -208,6 +235,7 @@ def amendment(
     Raises :class:`ApprovalError` when the plan changed and ``reason`` is None, when a
     reason is given and nothing changed, and when the earlier plan cannot be read."""
     earlier = [a for a in approvals if a.stage == stage]
+    earlier += spent_approvals(root, stage, known={a.run_id for a in earlier})
     previous = max(earlier, key=lambda a: (a.data["approved_at"], a.run_id), default=None)
     if previous is None or previous.data["plan"]["sha256"] == plan.sha256:
         if reason is not None:
