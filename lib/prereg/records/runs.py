@@ -381,13 +381,13 @@ def is_rehearsal(folder: Path) -> bool:
     return (Path(folder) / REHEARSAL_RECORD).exists()
 
 
-def latest_whole_rehearsal(root: Path, stage: str) -> str | None:
-    """The name of the newest rehearsal of ``stage`` that passed over the whole stage (which
-    a rehearsal of a stage requiring it may read in place of a run), or None."""
-    passed = [
+def whole_rehearsals(root: Path, stage: str) -> list[str]:
+    """The names of the rehearsals of ``stage`` that passed over the whole stage, oldest
+    first (names sort by their UTC stamp): what a rehearsal of a stage requiring it may read
+    in place of a run."""
+    return [
         r["name"] for r in all_rehearsals(root) if r.get("stage") == stage and passed_whole_stage(r)
     ]
-    return passed[-1] if passed else None  # names sort by their UTC stamp
 
 
 def consumed_folder(root: Path, name: str) -> Path:

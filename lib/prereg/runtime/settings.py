@@ -17,18 +17,17 @@ from typing import Any
 import pytest
 
 from prereg.base import provenance, seeds
-from prereg.base.hashing import canonical_json, read_json, sha256_file
+from prereg.base.hashing import canonical_json, sha256_file
 from prereg.decisions import approval as approvals
 from prereg.decisions import bindings
 from prereg.evidence import hermetic
 from prereg.kinds.plans import Plan, load_plan, rehearsal_data
-from prereg.records import REHEARSAL_NAME_PATTERN, passed_whole_stage
 from prereg.records.runs import (
     RehearsalLayout,
     RunLayout,
-    latest_whole_rehearsal,
     new_rehearsal_name,
     valid_run_id,
+    whole_rehearsals,
 )
 from prereg.runtime import option_policy
 
@@ -389,10 +388,11 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
     use_runs = _pairs(config.option.prereg_rehearse_use_runs, "--rehearse-use-run")
     required = {}
     for need in spec["requires"]:
+        rehearsed = whole_rehearsals(root, need)  # the newest last
         run_id = (
             use_runs.pop(need, None)
             or approvals.latest_complete_run(root, need)
-            or latest_whole_rehearsal(root, need)
+            or (rehearsed[-1] if rehearsed else None)
         )
         if run_id is None:
             raise pytest.UsageError(
@@ -448,13 +448,7 @@ def _consumable(root: Path, stage: str, name: str) -> bool:
     whole-stage rehearsal of it (what a run never reads: its name is no run id)."""
     if valid_run_id(name):
         return RunLayout(root, name).manifest.exists()
-    if not REHEARSAL_NAME_PATTERN.match(name):
-        return False
-    try:
-        record = read_json(RehearsalLayout(root, name).record, what="rehearsal record")
-    except (OSError, ValueError):
-        return False
-    return isinstance(record, dict) and record.get("stage") == stage and passed_whole_stage(record)
+    return name in whole_rehearsals(root, stage)
 
 
 def _pairs(values: list[str], option: str) -> dict[str, str]:
