@@ -155,6 +155,16 @@ def test_a_rehearsal_takes_the_plans_rehearsal_scale_by_default_and_a_run_never(
     assert ran.returncode == 0 and len(toy.manifest(RUN_ID)["items"]) == 4, ran.stdout
 
 
+def test_a_hand_made_disclosure_is_refused_at_approve_naming_its_ref(tmp_path):
+    toy = make_toy_repo(tmp_path / "toy", stages={"toy": stage_spec("toy")})
+    ref = "refs/prereg/rehearsals/toy/toy-20261206T000000Z"
+    (tmp_path / "junk").write_text("not a disclosure\n")
+    blob = toy.git("hash-object", "-w", str(tmp_path / "junk")).strip()
+    toy.git("update-ref", ref, blob)
+    done = toy.approve("toy", RUN_ID, check=False)
+    assert done.returncode == 2 and f"{ref} holds no rehearsal disclosure" in done.stderr
+
+
 HOME_PROBE = """
 import json, os, tempfile
 from pathlib import Path

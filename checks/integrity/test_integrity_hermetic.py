@@ -578,6 +578,20 @@ def test_workers_that_collect_one_stage_in_other_orders_are_refused_before_spend
     assert not ledger.is_spent(toy.root, RUN)
 
 
+def test_a_worker_that_dies_before_it_lists_its_items_is_a_refusal_not_a_spent_id(tmp_path):
+    spec = stage_spec("toy")
+    toy = make_toy_repo(tmp_path / "p", {"toy": spec})
+    module = toy.root / spec["module"]
+    dies = 'import os\nif os.environ.get("PYTEST_XDIST_WORKER") == "gw1":\n    os._exit(3)\n'
+    module.write_text(dies + module.read_text())
+    toy.commit("A stage module that ends worker gw1 while it is collected")
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy", "-n", "2")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "[worker] worker gw1 went down before it listed its items" in done.stderr
+    assert not ledger.is_spent(toy.root, RUN)
+
+
 def test_a_relative_output_file_in_pytest_ini_is_written_beside_the_checkout_not_in_the_snapshot(
     tmp_path,
 ):
