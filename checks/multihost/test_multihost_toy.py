@@ -174,14 +174,17 @@ def test_a_host_whose_snapshot_cannot_be_written_or_differs_is_a_problem(tmp_pat
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=toy.root, capture_output=True, text=True, check=True
     ).stdout.strip()
-    before = set(Path(tempfile.gettempdir()).glob("prereg-snapshot-*"))
+    # Only this test's snapshots (of its two commits): other processes make and delete theirs
+    # in the same temporary folder meanwhile.
+    mine = [f"prereg-snapshot-{commit[:12]}-*" for commit in ("f" * 40, head)]
+    before = {p for pattern in mine for p in Path(tempfile.gettempdir()).glob(pattern)}
     state: dict = {}
     (missing,) = remote._own_snapshot(toy.root, "f" * 40, "0" * 40, state)
     assert "could not be written" in missing and "git fetch" in missing, missing
     (other,) = remote._own_snapshot(toy.root, head, "0" * 40, state)
     assert "the controller's " + "0" * 40 in other and "git fsck" in other, other
     assert state == {} and os.getcwd() != str(toy.root)
-    assert set(Path(tempfile.gettempdir()).glob("prereg-snapshot-*")) == before
+    assert {p for pattern in mine for p in Path(tempfile.gettempdir()).glob(pattern)} == before
 
 
 def _refused(toy: ToyRepo, done: subprocess.CompletedProcess, *needles: str) -> str:
