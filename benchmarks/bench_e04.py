@@ -26,9 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
+
 from prereg.base.seeds import numpy_generator
 from prereg.e04.cache import VectorCache, embed_with_cache_report
-from prereg.e04.embeddings import MiniLMBackend
+from prereg.e04.embeddings import EMBEDDING_THREADS, MiniLMBackend
 from prereg.e04.goparse import parse_go_functions
 from prereg.e04.harness import CHUNK_TEXT_VERSION, build, default_registry
 from prereg.e04.lexical import BM25Index, BM25Parameters
@@ -147,6 +149,42 @@ def bm25_comparison(files: dict[str, bytes], queries: list[str]) -> None:
     )
 
 
+def embedding_designs(backend: MiniLMBackend, texts: list[str], sample: int) -> None:
+    """Seconds to embed about ``sample`` distinct texts two ways, in calls of ``batch_size``
+    texts of neighbouring length taken across the corpus's length range (as a cold cache
+    hands them to a worker), on the backend's thread count: the backend (one forward pass per
+    text, so a vector is a pure function of its text) and sentence-transformers' ``encode``
+    batches padded to their longest text (the design whose vectors depend on the batch).
+    The ratio is against the backend."""
+    import torch
+
+    distinct = sorted(set(texts), key=lambda text: (len(text), text))
+    size = backend.batch_size
+    count = max(1, min(sample, len(distinct)) // size)
+    starts = np.linspace(0, max(0, len(distinct) - size), count).astype(int)
+    calls = [distinct[start : start + size] for start in starts]
+    model = backend._loaded_model()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(EMBEDDING_THREADS)
+    try:
+        designs = {
+            "one forward pass per text (the backend)": lambda: [
+                backend.embed(call) for call in calls
+            ],
+            "encode batches padded to the longest": lambda: [
+                model.encode(call, batch_size=len(call), normalize_embeddings=False)
+                for call in calls
+            ],
+        }
+        seconds = {name: timed(run)[1] for name, run in designs.items()}
+    finally:
+        torch.set_num_threads(threads)
+    baseline = seconds["one forward pass per text (the backend)"]
+    print(f"embedding designs, {size * len(calls)} distinct texts in calls of {size}:")
+    for name, value in seconds.items():
+        print(f"  {name:<42} {value:7.1f} s  {value / baseline:5.2f} x the backend")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group()
@@ -157,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--functions-per-file", type=int, default=3)
     parser.add_argument("--queries", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=32, help="MiniLM encode batch size")
+    parser.add_argument(
+        "--design-sample", type=int, default=1000, help="texts timed per embedding design"
+    )
+    parser.add_argument(
+        "--designs-only", action="store_true", help="stop after the embedding designs"
+    )
     args = parser.parse_args(argv)
 
     if args.repo is not None:
@@ -185,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         backend = MiniLMBackend(CHUNK_TEXT_VERSION, batch_size=args.batch_size)
         _, load_seconds = timed(lambda: backend.embed(["warm up"]))
         print(f"minilm load + first embed: {load_seconds:.2f} s")
+        embedding_designs(backend, [f.text for f in functions], args.design_sample)
+        if args.designs_only:
+            return 0
         with VectorCache(
             Path(scratch) / "v.sqlite", conflict_atol=1e-5, busy_timeout_seconds=30
         ) as cache:
