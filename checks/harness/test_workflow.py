@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prereg.base.hashing import sha256_file
 from prereg.commands.status import (
     COMMITTED,
     EDITED,
@@ -209,6 +210,13 @@ def test_status_shows_approvals_next_ids_latest_runs_and_consumption(project):
     assert f"toy-{day}-001" not in toy_part.split("next free")[0]  # spent: not unspent
     assert f"next free run id:    toy-{day}-004" in toy_part
     assert f"latest complete run: toy-{day}-001 (2 runs under runs/)" in toy_part
+    plan = sha256_file(project["toy"].root / "plans" / "TOY_PLAN.json")
+    assert f"plan sha256:         {plan}" in toy_part
+    assert (
+        f"under plan {plan[:12]} (the plan file now): toy-{day}-001 (complete), "
+        f"toy-{day}-002 (incomplete)" in toy_part
+    )
+    assert "superseded" not in text
     assert (
         f"toy-{day}-001 is consumed by: after-{day}-001, after-{day}-002 (approved, not run yet)"
         in toy_part
@@ -247,6 +255,10 @@ def test_status_json_holds_the_same_for_scripts(project):
     assert {r["run_id"]: r["status"] for r in toy["runs"]} == {
         f"toy-{day}-001": "complete",
         f"toy-{day}-002": "incomplete",
+    }
+    assert toy["plan_sha256"] == sha256_file(project["toy"].root / "plans" / "TOY_PLAN.json")
+    assert {(r["plan_sha256"], r["plan_superseded"]) for r in toy["runs"]} == {
+        (toy["plan_sha256"], False)
     }
     assert toy["consumed_by"] == {
         f"toy-{day}-001": [

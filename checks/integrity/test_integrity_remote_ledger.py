@@ -130,6 +130,39 @@ def test_a_run_pushes_its_spend_and_a_clone_cannot_rerun_the_spent_id(tmp_path):
     assert toy.audit(RUN).returncode == 0
 
 
+def test_status_says_how_git_fetch_brings_the_records_and_then_the_clone_holds_them(tmp_path):
+    """A collaborator's clone fetches only branches and tags; status names the refspec that
+    makes git fetch bring the spent run ids too, and once it is set the clone holds them."""
+    _, origin = _spent_and_pushed(tmp_path)
+    clone = _clone(origin, tmp_path / "clone")
+    before = json.loads(clone.prereg("status", "--json", check=True).stdout)["problems"]
+    advice = f"git config --add remote.origin.fetch '{ledger.FETCH_REFSPEC}'"
+    assert any(advice in p for p in before), before
+    assert ledger.fetch_records(clone.root) == ["origin"]
+    assert ledger.fetch_records(clone.root) == []  # set once, never twice
+    clone.git("fetch", "-q", "origin")
+    assert ledger.is_spent(clone.root, RUN)
+    after = json.loads(clone.prereg("status", "--json", check=True).stdout)["problems"]
+    assert not any(advice in p or "is spent: remote" in p for p in after), after
+
+
+def test_prereg_init_in_a_checkout_with_a_remote_lets_git_fetch_bring_the_records(tmp_path):
+    origin = tmp_path / "origin.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(origin)], check=True)
+    checkout = tmp_path / "study"
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    _git(checkout, "remote", "add", "origin", str(origin))
+    _git(checkout, "remote", "add", "mirror", str(origin))
+    _git(checkout, "config", "--add", "remote.mirror.fetch", "+" + ledger.FETCH_REFSPEC)
+    done = ScratchProject(checkout).prereg("init", ".", check=True)
+    assert ledger.FETCH_REFSPEC in done.stdout
+    assert _git(checkout, "config", "--get-all", "remote.origin.fetch").split() == [
+        "+refs/heads/*:refs/remotes/origin/*",
+        ledger.FETCH_REFSPEC,
+    ]
+    assert ledger.remotes_not_fetching_records(checkout) == []
+
+
 def test_status_warns_of_a_copy_that_holds_approvals_but_no_records(tmp_path):
     """A copy of the project without its remote (an archive, a clone whose remote was
     removed): no record says which approvals ran, and status says so instead of listing

@@ -177,7 +177,9 @@ def test_runs_lists_every_run_and_refusal_with_its_audit_verdict(toy_runs):
     }
     text = toy_runs.prereg("runs").stdout
     assert re.search(
-        rf"calibration\s+{COMPLETE}\s+complete\s+\S+\s+[0-9.]+\s+(\d+) of \1 passed\s+clean", text
+        rf"calibration\s+{COMPLETE}\s+complete\s+[0-9a-f]{{12}}\s+\S+\s+[0-9.]+\s+(\d+) of \1 "
+        r"passed\s+clean",
+        text,
     ), text
 
 

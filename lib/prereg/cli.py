@@ -272,14 +272,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print("no runs under runs/")
     width = max([len("items"), *(len(r["outcome"]) for r in rows)])
     print(
-        f"{'stage':<20} {'run id':<34} {'status':<12} {'when (UTC)':<30} {'elapsed (s)':>11}  "
-        f"{'items':<{width}}  audit of the records"
+        f"{'stage':<20} {'run id':<34} {'status':<12} {'plan':<12} {'when (UTC)':<30} "
+        f"{'elapsed (s)':>11}  {'items':<{width}}  audit of the records"
     )
     for r in rows:
         elapsed = "-" if r["elapsed_seconds"] is None else f"{r['elapsed_seconds']:.1f}"
+        plan = (r["plan_sha256"] or "-")[:12]
         print(
-            f"{r['stage'] or '?':<20} {r['run_id']:<34} {r['status']:<12} {r['when'] or '-':<30} "
-            f"{elapsed:>11}  {r['outcome']:<{width}}  {r['audit']}"
+            f"{r['stage'] or '?':<20} {r['run_id']:<34} {r['status']:<12} {plan:<12} "
+            f"{r['when'] or '-':<30} {elapsed:>11}  {r['outcome']:<{width}}  {r['audit']}"
         )
         if r["headline"]:
             print(f"{'':<20} {'result: ' + r['headline']}")
@@ -288,7 +289,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if r["amendment"]:
             print(f"{'':<20} amended plan: {describe_amendment(r['amendment'])}")
         if r["plan_superseded"]:
-            print(f"{'':<20} plan superseded: the run's plan file holds other bytes now")
+            print(
+                f"{'':<20} plan superseded: the run's plan file holds other bytes now "
+                "(prereg status groups the stage's runs by plan)"
+            )
     _print_rehearsals(root)
     return 0
 

@@ -60,7 +60,7 @@ from string import Template
 
 from prereg.base.provenance import pin_form, pinned_environment
 from prereg.decisions.approval import list_approvals
-from prereg.records import STAGE_NAME
+from prereg.records import STAGE_NAME, ledger
 
 PYTEST_INI = """\
 [pytest]
@@ -255,6 +255,7 @@ def init_project(folder: Path) -> tuple[list[str], bool]:
     _write(folder, FILES)
     if top is None:
         _git_init(folder)
+    ledger.fetch_records(folder)  # an existing checkout's remotes: git fetch brings the records
     return list(FILES), top is None
 
 
@@ -283,6 +284,10 @@ def next_steps(folder: Path, written: list[str], initialised_git: bool) -> str:
         f"  4. {pytest} --research-stage=STAGE        # add -n 2 for two workers",
         f"  5. {prereg} audit runs/{run_id}",
         f"     {prereg} report runs/{run_id}",
+        "  with a git remote, a run pushes its record there (git clone does not copy it); let",
+        "  git fetch bring the records other clones pushed (prereg init set this for the",
+        "  remotes it found):",
+        f"     git config --add remote.origin.fetch '{ledger.FETCH_REFSPEC}'",
     ]
     return "\n".join(lines)
 

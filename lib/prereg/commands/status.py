@@ -11,6 +11,7 @@ from datetime import date
 from pathlib import Path
 
 from prereg.base import gitrepo
+from prereg.base.hashing import sha256_file
 from prereg.decisions.approval import (
     APPROVALS,
     latest_complete_run,
@@ -21,7 +22,7 @@ from prereg.decisions.approval import (
 from prereg.kinds.plans import load_plan
 from prereg.kinds.stages import ini_list
 from prereg.records import ledger
-from prereg.records.runs import all_runs, has_started, valid_run_id
+from prereg.records.runs import all_runs, has_started, is_plan_superseded, valid_run_id
 
 COMMITTED = "committed"
 NOT_COMMITTED = "not committed"
@@ -48,7 +49,8 @@ def project_status(root: Path, today: date | str | None = None) -> dict:
 
     ``{"stages": [...], "problems": [...]}``; each stage is ``{"stage", "plan",
     "unspent_approvals": [{"run_id", "path", "commit_state", "committed"}],
-    "next_free_run_id", "latest_complete_run", "runs": [{"run_id", "status"}],
+    "next_free_run_id", "latest_complete_run", "plan_sha256" (of the plan file now), "runs":
+    [{"run_id", "status", "plan_sha256" (the plan it ran under), "plan_superseded"}],
     "consumes": [{"run_id", "state", "requires": {stage: run_id}}],
     "consumed_by": {run_id: [{"run_id", "state"}: the runs and approvals consuming it]}}``.
     ``state`` is ``run`` (the run's manifest or start names the runs it consumed) or
@@ -82,6 +84,13 @@ def project_status(root: Path, today: date | str | None = None) -> dict:
             "record and has no remote to ask: git clone does not copy them. If these approvals "
             "ran in another clone, fetch its records before you run (git fetch <that clone> "
             "'refs/prereg/*:refs/prereg/*'); a spent run id is refused only where its record is"
+        )
+    for remote in ledger.remotes_not_fetching_records(root):
+        problems.append(
+            f"git fetch from remote {remote} does not bring the records of spent run ids that "
+            "other clones pushed (the gate asks the remote before it spends, but this clone's "
+            f"status and audit read only what it holds): git config --add remote.{remote}.fetch "
+            f"'{ledger.FETCH_REFSPEC}' && git fetch {remote}"
         )
     for stage in [a.stage for a in approvals] + [r.stage for r in runs if r.stage]:
         stages.setdefault(stage, None)
@@ -140,8 +149,16 @@ def project_status(root: Path, today: date | str | None = None) -> dict:
                 "unspent_approvals": unspent,
                 "next_free_run_id": next_free,
                 "latest_complete_run": latest_complete_run(root, stage),
+                "plan_sha256": _sha256_or_none(root / plan_rel) if plan_rel else None,
                 "runs": [
-                    {"run_id": r.run_id, "status": r.status} for r in runs if r.stage == stage
+                    {
+                        "run_id": r.run_id,
+                        "status": r.status,
+                        "plan_sha256": r.plan_sha256,
+                        "plan_superseded": is_plan_superseded(root, (r.manifest or {}).get("plan")),
+                    }
+                    for r in runs
+                    if r.stage == stage
                 ],
                 "consumes": [
                     {"run_id": rid, "state": e["state"], "requires": e["requires"]}
@@ -152,6 +169,35 @@ def project_status(root: Path, today: date | str | None = None) -> dict:
             }
         )
     return {"stages": listed, "problems": problems}
+
+
+def _sha256_or_none(path: Path) -> str | None:
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
+
+
+def _runs_by_plan(entry: dict) -> list[str]:
+    """The stage's runs grouped by the plan they ran under: the plan file's bytes now first,
+    then each superseded plan, so runs of an earlier plan are never hidden among the rest."""
+    groups: dict[str | None, list[dict]] = {}
+    for run in entry["runs"]:
+        groups.setdefault(run["plan_sha256"], []).append(run)
+    lines = []
+    current = entry["plan_sha256"]
+    for sha, members in sorted(groups.items(), key=lambda g: (g[0] != current, g[0] or "")):
+        if sha is None:
+            label = "no recorded plan"
+        elif sha == current:
+            label = f"plan {sha[:12]} (the plan file now)"
+        elif any(run["plan_superseded"] for run in members):
+            label = f"plan {sha[:12]} (superseded)"
+        else:
+            label = f"plan {sha[:12]}"
+        named = ", ".join(f"{run['run_id']} ({run['status']})" for run in members)
+        lines.append(f"  under {label}: {named}")
+    return lines
 
 
 def _spent_on_remotes(root: Path, unspent: set[str], problems: list[str]) -> set[str]:
@@ -189,6 +235,8 @@ def render(status: dict) -> list[str]:
     for entry in status["stages"]:
         plan = entry["plan"] or "no plan in pytest.ini's prereg_plans names it"
         lines.append(f"stage {entry['stage']} ({plan})")
+        if entry["plan_sha256"]:
+            lines.append(f"  plan sha256:         {entry['plan_sha256']}")
         if entry["unspent_approvals"]:
             for a in entry["unspent_approvals"]:
                 note = a["commit_state"]
@@ -203,6 +251,7 @@ def render(status: dict) -> list[str]:
             f"  latest complete run: {entry['latest_complete_run'] or 'none'}"
             f" ({len(runs)} run{'' if len(runs) == 1 else 's'} under runs/)"
         )
+        lines.extend(_runs_by_plan(entry))
         for consumed in entry["consumes"]:
             verb = "consumed" if consumed["state"] == "run" else "binds (approved, not run yet)"
             bound = ", ".join(f"{s} {r}" for s, r in sorted(consumed["requires"].items()))

@@ -238,6 +238,37 @@ def remotes(root: Path) -> list[str]:
     return _git(Path(root), "remote").stdout.decode("utf-8", "replace").split()
 
 
+# Fetched beside a remote's branches, ``git fetch`` brings the records another clone pushed.
+# No push refspec is set: one would replace what a plain ``git push`` pushes, and a run
+# pushes its own records (:func:`publish`).
+FETCH_REFSPEC = f"{NAMESPACE}/*:{NAMESPACE}/*"
+
+
+def remotes_not_fetching_records(root: Path) -> list[str]:
+    """The remotes whose configured fetch does not bring ``refs/prereg/*``."""
+    missing = []
+    for remote in remotes(root):
+        done = _git(Path(root), "config", "--get-all", f"remote.{remote}.fetch")
+        fetched = done.stdout.decode("utf-8", "replace").split()
+        if not any(spec.lstrip("+") == FETCH_REFSPEC for spec in fetched):
+            missing.append(remote)
+    return missing
+
+
+def fetch_records(root: Path) -> list[str]:
+    """Add :data:`FETCH_REFSPEC` to each remote whose fetch lacks it; the remotes changed."""
+    changed = []
+    for remote in remotes_not_fetching_records(root):
+        done = _git(Path(root), "config", "--add", f"remote.{remote}.fetch", FETCH_REFSPEC)
+        if done.returncode != 0:
+            raise GitError(
+                f"git config --add remote.{remote}.fetch failed in {root}: "
+                f"{done.stderr.decode().strip()}"
+            )
+        changed.append(remote)
+    return changed
+
+
 def remote_url(root: Path, remote: str, *, push: bool = False) -> str | None:
     """The url of ``remote`` (its push url), or None when git cannot name it."""
     done = _git(Path(root), "remote", "get-url", *["--push"] * push, "--", remote)

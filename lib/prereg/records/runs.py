@@ -9,7 +9,7 @@ from pathlib import Path
 
 from prereg import records
 from prereg.base import gitrepo
-from prereg.base.hashing import read_json
+from prereg.base.hashing import read_json, sha256_file
 from prereg.records import (  # the names, in prereg.records; the paths, here
     APPROVAL_COPY,
     AUDITS_DIR,
@@ -294,6 +294,17 @@ def refusal_note(root: Path, run_id: str | None) -> str:
     return NOTHING_SPENT
 
 
+def is_plan_superseded(root: Path, plan: object) -> bool:
+    """The plan file a run ran under (``plan``: a manifest's ``{"path", "sha256"}``) holds
+    other bytes in the checkout now, or is gone; False when ``plan`` names no file and hash."""
+    if not isinstance(plan, dict) or not plan.get("path") or not plan.get("sha256"):
+        return False
+    try:
+        return sha256_file(Path(root) / plan["path"]) != plan["sha256"]
+    except OSError:
+        return True
+
+
 @dataclass(frozen=True)
 class RunState:
     run_id: str
@@ -301,6 +312,7 @@ class RunState:
     stage: str | None
     status: str
     manifest: dict | None
+    plan_sha256: str | None = None  # of the plan the run ran under (its manifest, else start)
 
 
 UNREADABLE = "unreadable (its manifest or start record is not valid JSON of the right shape)"
@@ -312,9 +324,19 @@ def run_state(path: Path) -> RunState:
     try:
         if files.manifest.exists():
             manifest = read_json(files.manifest, what="manifest")
-            return RunState(path.name, path, manifest.get("stage"), manifest["status"], manifest)
+            plan = manifest.get("plan") or {}
+            return RunState(
+                path.name,
+                path,
+                manifest.get("stage"),
+                manifest["status"],
+                manifest,
+                plan.get("sha256"),
+            )
         start = read_json(files.start, what="start record")
-        return RunState(path.name, path, start.get("stage"), RUNNING_OR_KILLED, None)
+        return RunState(
+            path.name, path, start.get("stage"), RUNNING_OR_KILLED, None, start.get("plan_sha256")
+        )
     except (ValueError, KeyError, TypeError, AttributeError, OSError):
         return RunState(path.name, path, None, UNREADABLE, None)
 

@@ -188,6 +188,7 @@ def index_rows(root: Path, records: list[RunRecord], *, audit: str = "cached") -
                 "headline": headline(root, record),
                 "rehearsals": record.rehearsals,
                 "amendment": record.amendment,
+                "plan_sha256": record.plan_sha256,
                 "plan_superseded": record.plan_superseded(root),
                 "audit": verdict.verdict,
                 "audit_findings": list(verdict.findings),
@@ -199,9 +200,9 @@ def index_rows(root: Path, records: list[RunRecord], *, audit: str = "cached") -
 
 
 def plan_note(row: dict) -> str:
-    """How a run's plan stands: amended since its stage's previous approval (and why),
-    superseded by the plan file's bytes now, both, or neither."""
-    notes = []
+    """How a run's plan stands: its hash, then amended since its stage's previous approval
+    (and why), superseded by the plan file's bytes now, both, or neither."""
+    notes = [f"plan {row['plan_sha256'][:12]}"] if row["plan_sha256"] else []
     if row["amendment"]:
         notes.append(f"amended: {row['amendment']['reason']}")
     if row["plan_superseded"]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prereg.base import gitrepo
-from prereg.base.hashing import parse_json, read_json, sha256_file
+from prereg.base.hashing import parse_json, read_json
 from prereg.records import ledger
 from prereg.records.runs import (
     COMPLETE,
@@ -21,6 +21,7 @@ from prereg.records.runs import (
     START_RECORD,
     RunFolder,
     RunLayout,
+    is_plan_superseded,
     refusals_dir,
     valid_run_id,
 )
@@ -74,15 +75,15 @@ class RunRecord:
         found = self.approval.get("amendment")
         return found if isinstance(found, dict) else None
 
+    @property
+    def plan_sha256(self) -> str | None:
+        """The SHA-256 of the plan the run ran under (its manifest's, else its start's)."""
+        found = ((self.manifest or {}).get("plan") or {}).get("sha256")
+        return found or (self.start or {}).get("plan_sha256")
+
     def plan_superseded(self, root: Path) -> bool:
         """The plan file the run ran under holds other bytes in the checkout now."""
-        plan = (self.manifest or {}).get("plan") or {}
-        if not plan.get("path") or not plan.get("sha256"):
-            return False
-        try:
-            return sha256_file(Path(root) / plan["path"]) != plan["sha256"]
-        except OSError:
-            return True
+        return is_plan_superseded(root, (self.manifest or {}).get("plan"))
 
     @property
     def files(self) -> RunFolder:
