@@ -136,22 +136,28 @@ def test_out_of_range_values_are_refused(path, value, phrase):
 @given(st.integers(min_value=0, max_value=10_000))
 def test_a_replicate_is_a_function_of_its_seed(replicate):
     parsed = parse_settings(PLAN, STAGE)
-    coords = kind.seed_coords(replicate)
+    coords = kind.GRID.seed_coords(replicate)
     first = kind.compute(parsed, replicate, seeds.numpy_generator(parsed.seed_namespace, *coords))
     again = kind.compute(parsed, replicate, seeds.numpy_generator(parsed.seed_namespace, *coords))
     assert json.dumps(first) == json.dumps(again)
     record = first[0]
     assert record["difference"] == record["loss_b"] - record["loss_a"]
-    assert kind.item_key({"replicate": replicate}) == kind.replicate_id(replicate)
+    assert kind.GRID.item_key({"replicate": replicate}) == f"replicate{replicate}"
 
 
 @pytest.mark.parametrize(
     "coords",
-    [{"replicate": True}, {"replicate": "1"}, {"replicate": 1.7}, {}, {"replicate": 1, "x": 0}],
+    [{"replicate": True}, {"replicate": 1.7}, {}, {"replicate": 1, "x": 0}],
 )
 def test_coordinates_that_name_no_replicate_are_refused(coords):
-    with pytest.raises(ValueError, match="one int coordinate 'replicate'"):
-        kind.item_key(coords)
+    with pytest.raises(ValueError, match="'replicate'"):
+        kind.KIND.item_key(coords)
+
+
+def test_a_replicate_recorded_as_text_names_no_cell_of_the_grid():
+    assert kind.KIND.item_key({"replicate": "1"}) not in kind.KIND.cells(
+        parse_settings(PLAN, STAGE)
+    )
 
 
 @settings(max_examples=25, deadline=None)

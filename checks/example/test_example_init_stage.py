@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from prereg.base.hashing import sha256_file
 from prereg.base.provenance import deviations, pin_form, pinned_environment
 from prereg.commands import scaffold
 from prereg.records import STAGE_NAME
@@ -100,7 +101,7 @@ def test_the_kind_and_its_check_import_only_prereg_api_and_the_module_the_plugin
         assert prereg_imports((project.root / rel).read_text(encoding="utf-8")) == {"prereg.api"}
     # an experiments module is a pytest module: its helper comes from the pytest face
     module = (project.root / LAYOUT.module).read_text(encoding="utf-8")
-    assert prereg_imports(module) == {"prereg.plugin.stage_plan"}
+    assert prereg_imports(module) == {"prereg.plugin.parametrize_items"}
 
 
 @pytest.mark.parametrize("requiring", [False, True], ids=["stage", "stage-that-requires"])
@@ -273,11 +274,18 @@ def test_a_plan_changed_after_an_outcome_needs_a_recorded_amendment_shown_with_t
     assert again.returncode == 0, again.stdout + again.stderr
     listed = project.prereg("runs", "--no-audit", check=True).stdout
     assert listed.count("plan superseded") == 1, listed
+    status = project.prereg("status", check=True).stdout
+    runs = {r["run_id"]: r for r in json.loads(project.prereg("runs", "--json").stdout)}
+    old_plan, new_plan = runs[first]["plan_sha256"], runs[second]["plan_sha256"]
+    assert old_plan != new_plan and new_plan == sha256_file(plan)
+    assert f"under plan {new_plan[:12]} (the plan file now): {second} (complete)" in status
+    assert f"under plan {old_plan[:12]} (superseded): {first} (complete)" in status
+    assert old_plan[:12] in listed and new_plan[:12] in listed
     assert f"amended plan: the plan changed since {first}" in listed, listed
     assert project.audit(second).returncode == 0
     project.prereg("report", "--all", "--no-audit", check=True)
     index = (root / "runs" / "reports" / "index.html").read_text()
-    assert "amended: why" in index and "superseded" in index
+    assert "amended: why" in index and "superseded" in index and f"plan {old_plan[:12]}" in index
     page = (root / "runs" / "reports" / f"{second}.html").read_text()
     assert f"the plan changed since {first}" in page and "parameters.draws" in page
 
@@ -418,11 +426,12 @@ def test_a_cell_whose_seed_cannot_be_derived_is_refused_by_the_check_and_approve
     project = _project(root)
     kind_file = root / LAYOUT.kind_file
     text = kind_file.read_text()
-    written = 'return ("replicate", replicate)'
+    written = "range(settings.replicates)"
     assert written in text
-    kind_file.write_text(text.replace(written, 'return ("model/a", replicate)'))
+    labelled = '[f"model/{r}" for r in range(settings.replicates)]'
+    kind_file.write_text(text.replace(written, labelled))
     project.commit("Seed the items from a label with a slash")
-    why = "cell 'replicate0' seeds from ('model/a', 0), which has no derivation"
+    why = "cell 'model/0' seeds from ('replicate', 'model/0'), which has no derivation"
 
     checked = project.pytest("-m", "software")
     assert checked.returncode == 1 and why in checked.stdout, checked.stdout + checked.stderr

@@ -110,6 +110,104 @@ def test_a_grid_is_refused_exactly_when_a_cells_derivation_would_fail(labels):
     assert len(problems) == len(failing)
 
 
+# -- api.Grid: a one-coordinate grid declared in one line ----------------------------------
+
+GRID_VALUES = st.one_of(
+    st.lists(st.integers(-(10**6), 10**6), unique=True, min_size=1, max_size=8),
+    st.lists(st.text(min_size=1, max_size=6), unique=True, min_size=1, max_size=8),
+)
+
+
+@given(GRID_VALUES)
+def test_a_grids_cells_have_one_key_each_and_an_item_key_reads_it_back(values):
+    """Every value gets its own key, and the key of the coordinates an item records (what
+    Grid.start records) is that key; a string that would read as an int's key is refused."""
+    grid = api.Grid("replicate", lambda settings: values)
+    try:
+        cells = grid.cells(None)
+    except ValueError as refused:
+        assert "would read as an int value's key" in str(refused)
+        assert any(isinstance(v, str) and grid_int_like(v) for v in values)
+        return
+    assert not any(isinstance(v, str) and grid_int_like(v) for v in values)
+    assert list(cells.values()) == values and len(set(cells)) == len(values)
+    for key, value in cells.items():
+        assert grid.item_key({"replicate": value}) == key
+        assert grid.seed_coords(value) == ("replicate", value)
+
+
+def grid_int_like(text: str) -> bool:
+    """``text`` is "replicate", an optional minus and ASCII digits."""
+    if not text.startswith("replicate"):
+        return False
+    digits = text[len("replicate") :].removeprefix("-")
+    return digits != "" and all(c in "0123456789" for c in digits)
+
+
+@given(st.integers(-(10**6), 10**6), st.integers(-(10**6), 10**6))
+def test_an_int_and_a_string_never_share_a_key(number, other):
+    grid = api.Grid("replicate", lambda settings: [number, f"replicate{other}"])
+    with pytest.raises(ValueError, match="would read as an int value's key"):
+        grid.cells(None)
+    assert api.Grid("r", lambda settings: [number, str(number)]).cells(None) == {
+        f"r{number}": number,
+        str(number): str(number),
+    }
+
+
+@pytest.mark.parametrize(
+    "coords",
+    [{"replicate": True}, {"replicate": 1.0}, {}, {"replicate": 1, "x": 0}, {"other": 1}],
+)
+def test_coordinates_that_name_no_cell_of_a_grid_are_refused(coords):
+    with pytest.raises(ValueError, match="replicate"):
+        api.Grid("replicate", lambda settings: range(3)).item_key(coords)
+
+
+def test_a_value_repeated_by_the_grid_is_refused_by_the_kinds_check():
+    kind = api.StageKind(
+        name="test.grid",
+        settings=lambda plan_data, stage: 2,
+        grid=api.Grid("replicate", lambda n: [*range(n), 0]),
+    )
+    with pytest.raises(api.SchemaError, match="values 0 and 0 share the item key 'replicate0'"):
+        kind.check(_plan(), STAGE)
+
+
+def test_a_kind_with_a_grid_takes_its_cells_seeds_and_keys_and_refuses_them_twice():
+    grid = api.Grid("replicate", lambda n: range(n))
+    kind = api.StageKind(name="test.grid", settings=lambda plan_data, stage: 3, grid=grid)
+    assert (kind.cells, kind.seed_coords, kind.item_key) == (
+        grid.cells,
+        grid.seed_coords,
+        grid.item_key,
+    )
+    kind.check(_plan(), STAGE)
+    with pytest.raises(api.SchemaError, match="has no seed_namespace: set one"):
+        kind.check(_plan(namespace=None), STAGE)
+    unseeded = api.StageKind(
+        name="test.grid", grid=api.Grid("cell", lambda settings: ["decision"], seeded=False)
+    )
+    assert unseeded.seed_coords is None and unseeded.cells(None) == {"decision": "decision"}
+    with pytest.raises(TypeError, match="its grid gives cells; give either grid or those"):
+        api.StageKind(name="test.grid", grid=grid, cells=_grid)
+    with pytest.raises(TypeError, match="a grid's coordinate is a Python name"):
+        api.Grid("two words", lambda n: range(n))
+
+
+def test_an_items_start_records_its_cell_and_seeds_its_generator_from_it(tmp_path):
+    plan = _plan()
+    research = api.ItemContext(STAGE, "check", plan.data, tmp_path, "ns-1.0", None)
+    rng = api.Grid("replicate", lambda n: range(n)).start(research, 2)
+    assert research.record["coords"] == {"replicate": 2}
+    assert research.record["seeds"] == [api.derivation("ns-1.0", "replicate", 2)]
+    expected = seeds.numpy_generator("ns-1.0", "replicate", 2).random(3)
+    assert list(rng.random(3)) == list(expected)
+    quiet = api.ItemContext(STAGE, "check", plan.data, tmp_path, None, None)
+    assert api.Grid("cell", lambda s: ["d"], seeded=False).start(quiet, "d") is None
+    assert quiet.record["coords"] == {"cell": "d"} and not quiet.record.get("seeds")
+
+
 def test_the_calibration_grid_of_the_demo_plan_is_every_cell_each_with_its_items_seed():
     plan = api.load_plan(Path(__file__).resolve().parents[2] / DEMO_PLAN)
     kind = calibration_stage.KIND

@@ -118,6 +118,7 @@ from prereg.kinds.registry import ExtensionPoint
 from prereg.kinds.report import html, plots
 from prereg.kinds.report.sections import SectionContext
 from prereg.kinds.stages import (
+    Grid,
     InputsRefused,
     RunView,
     StageKind,
@@ -133,6 +134,7 @@ __all__ = [
     "BudgetExceeded",
     "ExtensionPoint",
     "Finite",
+    "Grid",
     "InputsRefused",
     "ItemContext",
     "MapOf",

@@ -31,7 +31,8 @@ This module is the table of prereg's pytest hooks and fixtures; each delegates t
 
 The controller's own hooks (the gate, the spend, item records, the manifest, the xdist
 bridge, the terminal summary) are methods of the controller plugin. Experiments import
-:func:`project_root`, :func:`stage_plan` and :func:`stage_inputs` from here.
+:func:`parametrize_items`, :func:`project_root`, :func:`stage_plan` and
+:func:`stage_inputs` from here.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ from prereg.kinds.context import ItemContext
 from prereg.runtime import collection, launcher
 from prereg.runtime import items as item_side
 from prereg.runtime import settings as run_settings
-from prereg.runtime.settings import project_root, stage_inputs, stage_plan
+from prereg.runtime.settings import parametrize_items, project_root, stage_inputs, stage_plan
 
-__all__ = ["project_root", "stage_inputs", "stage_plan"]
+__all__ = ["parametrize_items", "project_root", "stage_inputs", "stage_plan"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -331,21 +331,10 @@ class Settings(api.StageSettings):
     draws: int = api.bounded(minimum=1)  # normal numbers per replicate
 
 
-def item_key(coords: Mapping[str, object]) -> str:
-    """Name an item by the coordinates it recorded (research.coords), not its test."""
-    if set(coords) != {"replicate"} or type(coords["replicate"]) is not int:
-        raise ValueError(f"an item records one int coordinate replicate, not {coords}")
-    return f"replicate{coords['replicate']}"
-
-
-def cells(settings: Settings) -> dict[str, int]:
-    """The item grid, item key -> replicate: the experiments module's parameters."""
-    return {item_key({"replicate": r}): r for r in range(settings.replicates)}
-
-
-def seed_coords(replicate: int) -> tuple[object, ...]:
-    """What the item of a replicate seeds from (after the plan's seed_namespace)."""
-    return ("replicate", replicate)
+# The item grid: one item per replicate (keys replicate0, replicate1, ...), each
+# seeded from ("replicate", r) after the plan's seed_namespace. `prereg approve`
+# refuses an empty grid or a seed that cannot be derived, before a run id is spent.
+GRID = api.Grid("replicate", lambda settings: range(settings.replicates))
 
 
 def compute(settings: Settings, rng) -> dict:
@@ -358,8 +347,7 @@ def run_item(research, replicate: int) -> None:
     """The item of one replicate (``research``: its api.ItemContext); the replay reruns
     it, so it writes only to research.outputs and reads no research.inputs (items that
     read inputs need a replay of their own, with api.replay_outputs)."""
-    research.coords(replicate=replicate)  # first: even a failed item names its cell
-    rng = research.numpy_generator(*seed_coords(replicate))  # its own seed, recorded
+    rng = GRID.start(research, replicate)  # records the cell and its own seed first
     result = {"replicate": replicate, **compute(research.settings, rng)}
     api.save_json(research.outputs / ITEM_FILE, result)
     research.progress(f"mean {result['mean']:.4f}")
@@ -375,18 +363,14 @@ def build_summary(settings: Settings, results: Mapping[str, dict]) -> dict:
 KIND = api.StageKind(
     name="$kind",
     settings=api.settings_parser(Settings),
-    # The grid and each cell's seed: `prereg approve` refuses an empty grid or a
-    # seed that cannot be derived, before a run id is spent.
-    cells=cells,
-    seed_coords=seed_coords,
-    item_key=item_key,
+    grid=GRID,
     # On the controller, once every item passed: summary/summary.json.
     summarise=api.summarise_items(
-        SUMMARY_FILE, ITEM_FILE, cells=cells, build=build_summary
+        SUMMARY_FILE, ITEM_FILE, cells=GRID.cells, build=build_summary
     ),
     # For `prereg audit`: rerun every item and the summary; one finding per field that
     # differs, naming the item, the file and the field.
-    replay=api.rerun_replay(run_item, cells, rtol=REPLAY_RTOL),
+    replay=api.rerun_replay(run_item, GRID.cells, rtol=REPLAY_RTOL),
     # The report: the summary's fields, and its replicates as a table.
     render=api.render_summary(
         f"Stage {STAGE}", SUMMARY_FILE, table="replicates", section_id=STAGE
@@ -402,18 +386,15 @@ EXPERIMENTS_TEMPLATE = '''\
 in $kind_file, which the summary and the auditor's replay share."""
 
 import pytest
-from prereg.plugin import stage_plan
+from prereg.plugin import parametrize_items
 
 from $package import kind
 
 pytestmark = pytest.mark.research_stage(kind.STAGE)
 
 
-def pytest_generate_tests(metafunc):
-    if "replicate" in metafunc.fixturenames:
-        plan = stage_plan(metafunc.config)  # the approved plan (or the rehearsed one)
-        cells = kind.cells(kind.KIND.settings(plan.data, kind.STAGE))
-        metafunc.parametrize("replicate", list(cells.values()), ids=list(cells))
+def pytest_generate_tests(metafunc):  # the approved plan's grid (or the rehearsed one)
+    parametrize_items(metafunc, kind.KIND, kind.STAGE)
 
 
 def test_replicate(replicate, research):
@@ -439,9 +420,9 @@ def plan(pytestconfig):
 
 def test_every_cell_of_the_plan_has_its_own_key(plan):
     settings = kind.KIND.settings(plan.data, kind.STAGE)
-    grid = kind.cells(settings)
+    grid = kind.GRID.cells(settings)
     assert len(grid) == settings.replicates
-    assert [kind.item_key({"replicate": r}) for r in grid.values()] == list(grid)
+    assert [kind.GRID.item_key({"replicate": r}) for r in grid.values()] == list(grid)
 
 
 def test_a_bad_setting_is_refused_naming_its_field(plan):
@@ -508,15 +489,8 @@ class Settings(api.StageSettings):
     threshold: float  # the decision is "above" when that field is above it
 
 
-def item_key(coords: Mapping[str, object]) -> str:
-    if set(coords) != {"cell"}:
-        raise ValueError(f"an item records one coordinate cell, not {coords}")
-    return str(coords["cell"])
-
-
-def cells(settings: Settings) -> dict[str, str]:
-    """One item: the decision."""
-    return {"decision": "decision"}
+# One item, the decision, which draws no random number.
+GRID = api.Grid("cell", lambda settings: ["decision"], seeded=False)
 
 
 def decide(settings: Settings, required: Mapping) -> dict:
@@ -535,7 +509,7 @@ def decide(settings: Settings, required: Mapping) -> dict:
 
 def run_item(research, cell: str) -> None:
     """The decision item: reads only the bound required run, writes decision.json."""
-    research.coords(cell=cell)
+    GRID.start(research, cell)
     required = api.load_json(research.required_runs[REQUIRES] / REQUIRED_SUMMARY)
     result = decide(research.settings, required)
     api.save_json(research.outputs / ITEM_FILE, result)
@@ -545,16 +519,15 @@ def run_item(research, cell: str) -> None:
 KIND = api.StageKind(
     name="$kind",
     settings=api.settings_parser(Settings),
-    cells=cells,
-    item_key=item_key,
+    grid=GRID,
     summarise=api.summarise_items(
         SUMMARY_FILE,
         ITEM_FILE,
-        cells=cells,
+        cells=GRID.cells,
         build=lambda settings, found: found["decision"],
     ),
     # For `prereg audit`: the decision rerun from the same run, compared.
-    replay=api.rerun_replay(run_item, cells),
+    replay=api.rerun_replay(run_item, GRID.cells),
     render=api.render_summary(f"Stage {STAGE}", SUMMARY_FILE, section_id=STAGE),
     headline=api.headline_from(SUMMARY_FILE, "decision: {decision} ({field} {value})"),
     doc=__doc__ or "",
@@ -568,18 +541,15 @@ Thin: the work is in the stage kind, which the summary and the auditor's replay 
 """
 
 import pytest
-from prereg.plugin import stage_plan
+from prereg.plugin import parametrize_items
 
 from $package import kind
 
 pytestmark = pytest.mark.research_stage(kind.STAGE)
 
 
-def pytest_generate_tests(metafunc):
-    if "cell" in metafunc.fixturenames:
-        plan = stage_plan(metafunc.config)  # the approved plan (or the rehearsed one)
-        cells = kind.cells(kind.KIND.settings(plan.data, kind.STAGE))
-        metafunc.parametrize("cell", list(cells.values()), ids=list(cells))
+def pytest_generate_tests(metafunc):  # the approved plan's grid (or the rehearsed one)
+    parametrize_items(metafunc, kind.KIND, kind.STAGE)
 
 
 def test_decision(cell, research):

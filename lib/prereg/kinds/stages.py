@@ -21,6 +21,7 @@ import functools
 import importlib
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +56,85 @@ def _no_check(plan: object, stage: str) -> None:
 
 
 @dataclass(frozen=True)
+class Grid:
+    """A stage's items as one coordinate over the values its settings give: a kind declares
+    its grid in one line, and its cells, item keys and seeds follow.
+
+    ``Grid("replicate", lambda settings: range(settings.replicates))`` is one item per
+    replicate: item keys ``replicate0``, ``replicate1``, ..., each seeded from
+    ``("replicate", r)`` after the stage's ``seed_namespace``. A string value is its own
+    key (``Grid("cell", lambda settings: ["decision"], seeded=False)``: one item,
+    ``decision``, that draws no random number). Values are ints or strings; two values that
+    would share a key are refused (by :meth:`cells`, so ``prereg approve`` names them).
+
+    Give it to :class:`StageKind` as ``grid=`` (its ``cells``, ``seed_coords`` and
+    ``item_key``), to :func:`prereg.plugin.parametrize_items` in the experiments module,
+    and call :meth:`start` first in each item."""
+
+    coordinate: str
+    values: Callable[[Any], Any]  # settings -> an iterable of ints or strings
+    seeded: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.coordinate, str) or not self.coordinate.isidentifier():
+            raise TypeError(f"a grid's coordinate is a Python name, not {self.coordinate!r}")
+
+    def key(self, value: int | str) -> str:
+        """The item key of ``value``: the coordinate and an int, or a string as it is. No
+        two values share a key: a string that reads as the coordinate and an int is
+        refused."""
+        if type(value) is int:
+            return f"{self.coordinate}{value}"
+        if type(value) is not str:
+            raise ValueError(
+                f"a value of grid coordinate {self.coordinate!r} is an int or a string, "
+                f"not {value!r}"
+            )
+        if not value or re.fullmatch(re.escape(self.coordinate) + r"-?[0-9]+", value):
+            raise ValueError(
+                f"grid coordinate {self.coordinate!r}: the string value {value!r} would read "
+                f"as an int value's key; name the cell otherwise"
+            )
+        return value
+
+    def cells(self, settings: Any) -> dict[str, int | str]:
+        """The item grid, item key -> value, in the order ``values`` gives."""
+        grid: dict[str, int | str] = {}
+        for value in self.values(settings):
+            key = self.key(value)
+            if key in grid:
+                raise ValueError(
+                    f"grid coordinate {self.coordinate!r}: values {grid[key]!r} and {value!r} "
+                    f"share the item key {key!r}; give each item a value of its own"
+                )
+            grid[key] = value
+        return grid
+
+    def seed_coords(self, value: int | str) -> tuple[object, ...]:
+        """What the item of ``value`` seeds from, after the stage's seed namespace."""
+        return (self.coordinate, value)
+
+    def item_key(self, coords: Mapping[str, Any]) -> str:
+        """The key of an item from the coordinates it recorded: exactly this grid's one
+        coordinate, an int or a string (``True``, ``1.0`` name no cell)."""
+        if set(coords) != {self.coordinate}:
+            raise ValueError(
+                f"an item of this grid records one coordinate {self.coordinate!r}, "
+                f"not {dict(coords)!r}"
+            )
+        return self.key(coords[self.coordinate])
+
+    def start(self, research: Any, value: int | str) -> Any:
+        """What an item does first: record its coordinate (so even a failed item names its
+        cell) and return its own numpy generator, seeded from its derivation and recorded
+        (None for a grid that is not ``seeded``)."""
+        research.coords(**{self.coordinate: value})
+        if not self.seeded:
+            return None
+        return research.numpy_generator(*self.seed_coords(value))
+
+
+@dataclass(frozen=True)
 class StageKind:
     """What a stage is beyond its items (see the module docstring and docs/API.md).
 
@@ -84,6 +164,31 @@ class StageKind:
     render: Callable[[Any], str] | None = None
     headline: Callable[[Any], str | None] | None = None
     doc: str = field(default="")
+    # A one-coordinate grid (:class:`Grid`): gives ``cells``, ``seed_coords`` (when seeded)
+    # and ``item_key``, which are then not given.
+    grid: Grid | None = None
+
+    def __post_init__(self) -> None:
+        if self.grid is None:
+            return
+        given = [
+            name
+            for name, value in (
+                ("cells", self.cells),
+                ("seed_coords", self.seed_coords),
+                ("item_key", None if self.item_key is coordinate_key else self.item_key),
+            )
+            if value is not None
+        ]
+        if given:
+            raise TypeError(
+                f"stage kind {self.name!r}: its grid gives {', '.join(given)}; "
+                "give either grid or those, not both"
+            )
+        object.__setattr__(self, "cells", self.grid.cells)
+        object.__setattr__(self, "item_key", self.grid.item_key)
+        if self.grid.seeded:
+            object.__setattr__(self, "seed_coords", self.grid.seed_coords)
 
     def check(self, plan: object, stage: str) -> None:
         """Validate the stage's plan entry: the typed settings parse, ``validate``, then the

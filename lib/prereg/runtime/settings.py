@@ -217,6 +217,20 @@ def stage_plan(config: pytest.Config) -> Plan:
     return load_plan(Path(settings.root) / settings.plan_path)
 
 
+def parametrize_items(
+    metafunc: pytest.Metafunc, kind: Any, stage: str, argname: str | None = None
+) -> None:
+    """One item per cell of the approved plan's grid, for an experiments module's
+    ``pytest_generate_tests``: a test that takes ``argname`` (default: the coordinate of
+    ``kind.grid``) gets each cell of ``kind.cells(settings)``, its id the item key."""
+    name = argname or (kind.grid.coordinate if kind.grid is not None else None)
+    if name is None:
+        raise TypeError(f"stage kind {kind.name!r} has no grid: pass the argument's name")
+    if name in metafunc.fixturenames:
+        cells = kind.cells(kind.settings(stage_plan(metafunc.config).data, stage))
+        metafunc.parametrize(name, list(cells.values()), ids=list(cells))
+
+
 def stage_inputs(config: pytest.Config) -> dict[str, Path]:
     """The inputs this research run's approval binds, by name (``prereg approve --input``),
     each re-hashed against the approval now: an input edited after the gate is refused."""

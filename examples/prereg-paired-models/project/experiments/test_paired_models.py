@@ -3,7 +3,7 @@ come from the approved plan, the work from the installed prereg-paired-models pa
 
 import pytest
 
-from prereg.plugin import stage_plan
+from prereg.plugin import parametrize_items
 from prereg_paired_models import kind as paired
 
 STAGE = "paired-models"
@@ -11,9 +11,7 @@ pytestmark = pytest.mark.research_stage(STAGE)
 
 
 def pytest_generate_tests(metafunc):
-    if "replicate" in metafunc.fixturenames:
-        settings = paired.KIND.settings(stage_plan(metafunc.config).data, STAGE)
-        metafunc.parametrize("replicate", paired.replicates(settings), ids=paired.replicate_id)
+    parametrize_items(metafunc, paired.KIND, STAGE)
 
 
 def test_replicate(replicate, research):

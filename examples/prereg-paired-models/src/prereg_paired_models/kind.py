@@ -12,7 +12,6 @@ summary with what the run wrote (``prereg.api.rerun_replay``: the items' own cod
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from prereg import api
 from prereg_paired_models import analysis, models
@@ -25,31 +24,9 @@ ITEM_FILE, PREDICTIONS_FILE, SUMMARY_FILE = "replicate.json", "predictions.json"
 REPLAY_RTOL = 1e-9
 
 
-def replicates(settings: Settings) -> list[int]:
-    return list(range(settings.replicates))
-
-
-def replicate_id(replicate: int) -> str:
-    return f"replicate{replicate}"
-
-
-def seed_coords(replicate: int) -> tuple[object, ...]:
-    return ("replicate", replicate)
-
-
-def cells(settings: Settings) -> dict[str, int]:
-    """The plan's grid: item key -> replicate."""
-    return {replicate_id(r): r for r in replicates(settings)}
-
-
-def item_key(coords: Mapping[str, Any]) -> str:
-    """An item's key from the coordinates it recorded (``research.coords(replicate=r)``).
-
-    Exactly one coordinate, an int: ``True``, ``"1"`` or ``1.7`` names no replicate."""
-    replicate = coords.get("replicate")
-    if set(coords) != {"replicate"} or type(replicate) is not int:
-        raise ValueError(f"an item records one int coordinate 'replicate', not {dict(coords)!r}")
-    return replicate_id(replicate)
+# One item per dataset replicate: keys replicate0, replicate1, ..., each seeded from
+# ("replicate", r) after the plan's seed_namespace.
+GRID = api.Grid("replicate", lambda settings: range(settings.replicates))
 
 
 def compute(settings: Settings, replicate: int, rng) -> tuple[dict, dict]:
@@ -84,8 +61,7 @@ def build_summary(settings: Settings, records: Mapping[str, dict]) -> dict:
 
 def run_item(research, replicate: int) -> None:
     """The item of one replicate (``research``: the item's prereg ItemContext)."""
-    research.coords(replicate=replicate)
-    rng = research.numpy_generator(*seed_coords(replicate))
+    rng = GRID.start(research, replicate)
     record, predictions = compute(research.settings, replicate, rng)
     api.save_json(research.outputs / ITEM_FILE, record)
     api.save_json(research.outputs / PREDICTIONS_FILE, predictions)
@@ -95,11 +71,9 @@ def run_item(research, replicate: int) -> None:
 KIND = api.StageKind(
     name=NAME,
     settings=parse_settings,
-    cells=cells,
-    seed_coords=seed_coords,
-    item_key=item_key,
-    summarise=api.summarise_items(SUMMARY_FILE, ITEM_FILE, cells=cells, build=build_summary),
-    replay=api.rerun_replay(run_item, cells, rtol=REPLAY_RTOL),
+    grid=GRID,
+    summarise=api.summarise_items(SUMMARY_FILE, ITEM_FILE, cells=GRID.cells, build=build_summary),
+    replay=api.rerun_replay(run_item, GRID.cells, rtol=REPLAY_RTOL),
     render=api.render_summary(
         "Ridge regression against k-nearest neighbours",
         SUMMARY_FILE,
