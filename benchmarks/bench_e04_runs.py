@@ -57,6 +57,9 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-e04-runs-"))
     repo = out / "repo"
     subprocess.run(["git", "clone", "-q", str(CHECKOUT), str(repo)], check=True)
+    # A scratch clone: a run pushes its records to every remote, and these are not the
+    # checkout's runs (nor may a run id spent by an earlier benchmark refuse this one).
+    subprocess.run(["git", "remote", "remove", "origin"], cwd=repo, check=True)
     for key, value in (("user.email", "bench@example.org"), ("user.name", "Bench")):
         subprocess.run(["git", "config", key, value], cwd=repo, check=True)
     plan = json.loads((repo / "plans" / "E04_PLAN.json").read_text())
