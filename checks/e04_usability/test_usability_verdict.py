@@ -11,7 +11,7 @@ import json
 import pytest
 
 from prereg.decisions.audit import audit_run_cached
-from prereg.records import verdicts
+from prereg.records import ledger, verdicts
 from support.toy import make_toy_repo
 
 pytestmark = pytest.mark.software
@@ -61,7 +61,9 @@ def test_report_after_audit_uses_the_stored_verdict_and_does_not_replay(audited)
     assert "not run again" in html
 
 
-def _forge(store, **changes):
+def _forge(store, *, in_git: bool = True, **changes):
+    """Change the stored verdict; ``in_git``: as prereg audit stores one (git records its
+    bytes), else as a hand edit of the file."""
     record = json.loads(store.read_text())
     for key, value in changes.items():
         if key == "package_sha256":
@@ -69,6 +71,28 @@ def _forge(store, **changes):
         else:
             record[key] = value
     store.write_text(json.dumps(record))
+    if in_git:
+        root = store.parents[2]
+        ledger.record_verdict(root, record["run_id"], store.read_bytes())
+
+
+def test_a_verdict_file_edited_by_hand_is_not_trusted_and_the_run_is_audited_again(audited):
+    """A clean replayed verdict written into runs/audits/ by hand (or left by another clone)
+    is not the one git records: report and runs audit again instead of showing it."""
+    toy, _ = audited
+    store = toy.root / "runs" / "audits" / f"{RUN}.json"
+    assert toy.audit(RUN).returncode == 0
+    _forge(store, in_git=False, replayed=True, audited_at="2026-01-01T00:00:00+00:00")
+    reason = verdicts.staleness(toy.root, json.loads(store.read_text()), toy.run_dir(RUN))
+    assert reason == (
+        f"the stored verdict file is not the one git records ({ledger.verdict_ref(RUN)}): "
+        "edited since"
+    )
+    result = audit_run_cached(toy.root, toy.run_dir(RUN))
+    assert "not run again" not in result.replay_note
+    assert "the stored verdict was stale: the stored verdict file is not" in result.replay_note
+    assert verdicts.staleness(toy.root, json.loads(store.read_text()), toy.run_dir(RUN)) is None
+    assert json.loads(store.read_text())["replayed"] is False  # the toy kind has no replay
 
 
 def test_a_verdict_of_other_code_is_stale_and_the_replay_runs_again(audited):
@@ -104,15 +128,15 @@ def test_a_stored_verdict_never_hides_a_changed_run(audited, tmp_path):
         item.write_bytes(item.read_bytes() + b" ")
         result = audit_run_cached(toy.root, toy.run_dir(RUN))
         assert result.findings, "a changed output must be a finding despite the stored verdict"
-        assert verdicts.staleness(json.loads(store.read_text()), toy.run_dir(RUN)) is None
+        assert verdicts.staleness(toy.root, json.loads(store.read_text()), toy.run_dir(RUN)) is None
     finally:
         shutil.copy(saved, item)
 
 
 def test_staleness_names_missing_and_foreign_records(tmp_path):
-    assert verdicts.staleness(None, tmp_path) == "no stored verdict"
-    assert "format" in verdicts.staleness({"format": "other"}, tmp_path)
-    assert "no manifest" in verdicts.staleness({"format": verdicts.FORMAT}, tmp_path)
+    assert verdicts.staleness(tmp_path, None, tmp_path) == "no stored verdict"
+    assert "format" in verdicts.staleness(tmp_path, {"format": "other"}, tmp_path)
+    assert "no manifest" in verdicts.staleness(tmp_path, {"format": verdicts.FORMAT}, tmp_path)
 
 
 def test_the_audit_code_is_named_by_package_hash_and_commit_or_as_installed():

@@ -124,7 +124,7 @@ def test_the_stored_verdict_fits_the_verdict_schema(toy):
     data = _json(path)
     validate(data, records.VERDICT_SCHEMA, source=str(path))
     assert data["format"] == records.VERDICT_FORMAT and data["verdict"] == records.CLEAN
-    assert verdicts.staleness(data, toy.run_dir(RUN)) is None
+    assert verdicts.staleness(toy.root, data, toy.run_dir(RUN)) is None
 
 
 def test_the_rehearsal_record_and_its_bindings_fit_their_schemas(toy):

@@ -191,8 +191,9 @@ AUDIT_EPILOG = """exit codes:
 
 The verdict is stored in runs/audits/<run-id>.json, bound to the SHA-256 of the run's
 manifest.json and to the code that audited (the SHA-256 of the prereg package's files,
-and its commit); prereg report and prereg runs take the replay's clean verdict from it
-while both still match, and say it was stale when not (the replay then runs again).
+and its commit), and git records its bytes (refs/prereg/runs/<run-id>/verdict); prereg
+report and prereg runs take the replay's clean verdict from it while all three still
+match, and say it was stale when not (the replay then runs again).
 The replay runs the stage kind of the run's source commit, from a snapshot of it, in a
 process of its own; the verdict names that commit and the prereg it imported.
 """
@@ -242,7 +243,10 @@ def _store_verdict(root: Path, run_dir: Path, result) -> str | None:
     # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.records import verdicts
 
-    if not result.replayed and verdicts.staleness(verdicts.load(root, run_dir), run_dir) is None:
+    if (
+        not result.replayed
+        and verdicts.staleness(root, verdicts.load(root, run_dir), run_dir) is None
+    ):
         return None
     path = verdicts.store(root, run_dir, result)
     if path is None:

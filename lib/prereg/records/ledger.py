@@ -59,6 +59,12 @@ def source_ref(run_id: str) -> str:
     return f"{NAMESPACE}/runs/{run_id}/source"
 
 
+def verdict_ref(run_id: str) -> str:
+    """The latest stored audit verdict of the run (its bytes): a verdict file that differs
+    from it is not trusted (:mod:`prereg.records.verdicts`)."""
+    return f"{NAMESPACE}/runs/{run_id}/verdict"
+
+
 def rehearsal_ref(stage: str, name: str) -> str:
     return f"{NAMESPACE}/rehearsals/{stage}/{name}"
 
@@ -135,6 +141,14 @@ def spend(
 
 def record_manifest(root: Path, run_id: str, manifest: bytes) -> None:
     _create(Path(root), [manifest_ref(run_id)], manifest)
+
+
+def record_verdict(root: Path, run_id: str, verdict: bytes) -> None:
+    """Point :func:`verdict_ref` at a blob of ``verdict`` (a later audit moves it)."""
+    ref = verdict_ref(run_id)
+    done = _git(Path(root), "update-ref", ref, _blob(Path(root), verdict))
+    if done.returncode != 0:
+        raise GitError(f"git update-ref {ref} failed in {root}: {done.stderr.decode().strip()}")
 
 
 def spent_run_ids(root: Path) -> list[str]:

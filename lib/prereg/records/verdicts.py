@@ -3,8 +3,10 @@
 ``prereg audit`` stores the verdict of every audit of a run with a manifest
 (:func:`store`); ``prereg report`` and ``prereg runs`` (through
 :func:`prereg.decisions.audit.audit_run_cached`) take the replay's verdict from a stored record
-only when it :func:`matches` the run now: the SHA-256 of ``manifest.json`` is the one
-audited, and the code that audited is this code. Every other check (hashes, records, git
+only when it matches the run now (:func:`staleness`): git records the verdict file's
+bytes (``refs/prereg/runs/<run-id>/verdict``, written with it, so an edited or hand-made
+file is not trusted), the SHA-256 of ``manifest.json`` is the one audited, and the code
+that audited is this code. Every other check (hashes, records, git
 records, inputs) is cheap and runs again every time, so a stored verdict saves the
 replay only, and a stored verdict cannot hide a file changed since.
 
@@ -35,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import prereg
+from prereg.base.gitrepo import GitError
 from prereg.base.hashing import read_json, sha256_file, write_json
-from prereg.records import VERDICT_FORMAT
+from prereg.records import VERDICT_FORMAT, ledger
 from prereg.records.runs import RunFolder, RunIdError, RunLayout
 
 FORMAT = VERDICT_FORMAT
@@ -107,7 +110,9 @@ def store(root: Path, run_dir: Path, result: Any) -> Path | None:
     }
     try:
         write_json(path, record)
-    except OSError:
+        ledger.record_verdict(root, record["run_id"], path.read_bytes())
+    except (OSError, GitError):
+        path.unlink(missing_ok=True)  # a verdict git does not record would never be used
         return None
     return path
 
@@ -124,8 +129,9 @@ def load(root: Path, run_dir: Path) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def staleness(record: dict | None, run_dir: Path) -> str | None:
-    """Why ``record`` does not match the run and this code now (None: it matches)."""
+def staleness(root: Path, record: dict | None, run_dir: Path) -> str | None:
+    """Why ``record`` (:func:`load`) does not match the run and this code now (None: it
+    matches)."""
     if record is None:
         return "no stored verdict"
     if record.get("format") != FORMAT:
@@ -146,6 +152,22 @@ def staleness(record: dict | None, run_dir: Path) -> str | None:
             f"the audit code changed since that audit ({code_label(code)} then, "
             f"{code_label(mine)} now)"
         )
+    return _unbound(root, run_dir)
+
+
+def _unbound(root: Path, run_dir: Path) -> str | None:
+    """Why the verdict file is not the one git records for the run (None: it is)."""
+    path = store_path(root, run_dir)
+    ref = ledger.verdict_ref(Path(run_dir).name)
+    try:
+        recorded = ledger.read(root, ref)
+        stored = path.read_bytes() if path is not None else None
+    except (OSError, GitError) as err:
+        return f"the stored verdict cannot be compared with git's record {ref} ({err})"
+    if recorded is None:
+        return f"git records no stored verdict for the run ({ref})"
+    if stored != recorded:
+        return f"the stored verdict file is not the one git records ({ref}): edited since"
     return None
 
 

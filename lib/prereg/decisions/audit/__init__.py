@@ -236,7 +236,7 @@ def audit_run_cached(root: Path, run_dir: Path) -> AuditResult:
     """
     run_dir = Path(run_dir)
     record = verdicts.load(root, run_dir)
-    stale = verdicts.staleness(record, run_dir)
+    stale = verdicts.staleness(root, record, run_dir)
     if (
         stale is None
         and record.get("replayed")
