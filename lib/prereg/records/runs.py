@@ -305,6 +305,12 @@ def is_plan_superseded(root: Path, plan: object) -> bool:
         return True
 
 
+def plan_sha256_of(manifest: dict | None, start: dict | None) -> str | None:
+    """The SHA-256 of the plan a run ran under: its manifest's, else its start record's."""
+    found = ((manifest or {}).get("plan") or {}).get("sha256")
+    return found or (start or {}).get("plan_sha256")
+
+
 @dataclass(frozen=True)
 class RunState:
     run_id: str
@@ -324,18 +330,22 @@ def run_state(path: Path) -> RunState:
     try:
         if files.manifest.exists():
             manifest = read_json(files.manifest, what="manifest")
-            plan = manifest.get("plan") or {}
             return RunState(
                 path.name,
                 path,
                 manifest.get("stage"),
                 manifest["status"],
                 manifest,
-                plan.get("sha256"),
+                plan_sha256_of(manifest, None),
             )
         start = read_json(files.start, what="start record")
         return RunState(
-            path.name, path, start.get("stage"), RUNNING_OR_KILLED, None, start.get("plan_sha256")
+            path.name,
+            path,
+            start.get("stage"),
+            RUNNING_OR_KILLED,
+            None,
+            plan_sha256_of(None, start),
         )
     except (ValueError, KeyError, TypeError, AttributeError, OSError):
         return RunState(path.name, path, None, UNREADABLE, None)

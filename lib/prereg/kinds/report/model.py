@@ -22,6 +22,7 @@ from prereg.records.runs import (
     RunFolder,
     RunLayout,
     is_plan_superseded,
+    plan_sha256_of,
     refusals_dir,
     valid_run_id,
 )
@@ -78,8 +79,7 @@ class RunRecord:
     @property
     def plan_sha256(self) -> str | None:
         """The SHA-256 of the plan the run ran under (its manifest's, else its start's)."""
-        found = ((self.manifest or {}).get("plan") or {}).get("sha256")
-        return found or (self.start or {}).get("plan_sha256")
+        return plan_sha256_of(self.manifest, self.start)
 
     def plan_superseded(self, root: Path) -> bool:
         """The plan file the run ran under holds other bytes in the checkout now."""
