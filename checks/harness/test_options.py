@@ -362,6 +362,20 @@ def test_a_rehearsal_with_pytest_plugins_set_runs_and_warns_that_the_run_would_b
     assert again.returncode == 0 and "a run would be refused" not in again.stdout, again.stdout
 
 
+def test_a_rehearsal_from_another_root_is_refused_naming_the_projects_root(approved, tmp_path):
+    """``--rootdir`` elsewhere made pytest look for the plans there: the rehearsal said a
+    plan does not exist. It names the option and the project's root instead."""
+    done = research_run(approved, "--rehearse", f"--rootdir={tmp_path}")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert f"pytest's root is {tmp_path} (--rootdir), not the project's root {approved.root}" in (
+        done.stderr
+    ), done.stderr
+    assert "does not exist" not in done.stderr
+    assert not (approved.root / "runs" / "rehearsals").exists()
+    same = research_run(approved, "--rehearse", f"--rootdir={approved.root}")
+    assert same.returncode == 0, same.stdout + same.stderr
+
+
 def test_an_environment_without_pytest_plugins_is_not_refused():
     assert option_policy.refused_variables({}) == []
 

@@ -373,6 +373,12 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
     a new folder name under ``runs/rehearsals/``. No approval is read, nothing is spent."""
     stage = config.option.research_stage
     _refuse_outputs_over_records(config, hermetic.output_values(config), stage)
+    if config.inipath is not None and config.inipath.parent.resolve() != root.resolve():
+        raise pytest.UsageError(
+            f"{STAGE_OPTION}={stage} {REHEARSE_OPTION}: pytest's root is {root} (--rootdir), "
+            f"not the project's root {config.inipath.parent}, where pytest.ini and its plans "
+            "are; a rehearsal, as a run, runs from the project's root: drop --rootdir"
+        )
     asked = config.option.prereg_rehearse_plan
     plan_path = known_plan(root, config, stage) if asked is None else asked
     try:
