@@ -33,6 +33,7 @@ def audited(tmp_path_factory):
 def test_audit_stores_its_verdict_bound_to_manifest_and_code(audited):
     toy, audit = audited
     assert "verdict stored in runs/audits/" in audit.stdout, audit.stdout
+    assert f"git records its bytes, {ledger.verdict_ref(RUN)}" in audit.stdout, audit.stdout
     record = json.loads((toy.root / "runs" / "audits" / f"{RUN}.json").read_text())
     assert record["format"] == verdicts.FORMAT
     assert record["verdict"] == "clean"

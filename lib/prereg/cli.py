@@ -241,7 +241,7 @@ def _store_verdict(root: Path, run_dir: Path, result) -> str | None:
     A ``--no-replay`` audit does not replace a stored verdict that still matches.
     """
     # loaded by the command that uses it, so `prereg --help` stays light
-    from prereg.records import verdicts
+    from prereg.records import ledger, verdicts
 
     if (
         not result.replayed
@@ -258,7 +258,8 @@ def _store_verdict(root: Path, run_dir: Path, result) -> str | None:
         where = path
     return (
         f"verdict stored in {where} (bound to this manifest's SHA-256 and the audit code, "
-        f"{verdicts.code_label(code)}); prereg report uses it until either changes"
+        f"{verdicts.code_label(code)}; git records its bytes, "
+        f"{ledger.verdict_ref(run_dir.name)}); prereg report uses it until any changes"
     )
 
 
