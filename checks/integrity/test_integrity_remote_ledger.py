@@ -154,6 +154,7 @@ def test_prereg_init_in_a_checkout_with_a_remote_lets_git_fetch_bring_the_record
     _git(checkout, "remote", "add", "origin", str(origin))
     _git(checkout, "remote", "add", "mirror", str(origin))
     _git(checkout, "config", "--add", "remote.mirror.fetch", "+" + ledger.FETCH_REFSPEC)
+    _git(checkout, "remote", "add", "--mirror=fetch", "everything", str(origin))
     done = ScratchProject(checkout).prereg("init", ".", check=True)
     assert ledger.FETCH_REFSPEC in done.stdout
     assert _git(checkout, "config", "--get-all", "remote.origin.fetch").split() == [
@@ -161,6 +162,9 @@ def test_prereg_init_in_a_checkout_with_a_remote_lets_git_fetch_bring_the_record
         ledger.FETCH_REFSPEC,
     ]
     assert ledger.remotes_not_fetching_records(checkout) == []
+    assert _git(checkout, "config", "--get-all", "remote.everything.fetch") == "+refs/*:refs/*"
+    mirror = _git(checkout, "config", "--get-all", "remote.mirror.fetch").splitlines()
+    assert sum("refs/prereg" in spec for spec in mirror) == 1  # not added twice
 
 
 def test_status_warns_of_a_copy_that_holds_approvals_but_no_records(tmp_path):

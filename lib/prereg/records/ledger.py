@@ -256,6 +256,7 @@ def remotes(root: Path) -> list[str]:
 # No push refspec is set: one would replace what a plain ``git push`` pushes, and a run
 # pushes its own records (:func:`publish`).
 FETCH_REFSPEC = f"{NAMESPACE}/*:{NAMESPACE}/*"
+FETCHES_RECORDS = (FETCH_REFSPEC, "refs/*:refs/*")  # the second: a mirror's fetch
 
 
 def remotes_not_fetching_records(root: Path) -> list[str]:
@@ -264,7 +265,7 @@ def remotes_not_fetching_records(root: Path) -> list[str]:
     for remote in remotes(root):
         done = _git(Path(root), "config", "--get-all", f"remote.{remote}.fetch")
         fetched = done.stdout.decode("utf-8", "replace").split()
-        if not any(spec.lstrip("+") == FETCH_REFSPEC for spec in fetched):
+        if not any(spec.lstrip("+") in FETCHES_RECORDS for spec in fetched):
             missing.append(remote)
     return missing
 
