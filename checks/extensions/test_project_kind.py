@@ -117,6 +117,39 @@ def test_an_installed_copy_of_a_project_kind_is_refused(site, monkeypatch):
         stages.load_kind("stalekind:KIND")
 
 
+@pytest.fixture
+def confined(tmp_path, monkeypatch):
+    """This process's project is ``tmp_path / "project"`` (as a run's or a command's is)."""
+    monkeypatch.setattr(stages, "_PROJECT_ROOTS", [])
+    stages.confine_project_kinds(tmp_path / "project")
+    return tmp_path
+
+
+def test_a_kind_from_another_checkout_on_sys_path_is_refused(confined, monkeypatch):
+    """An editable install of another checkout puts its folder on sys.path: a plan naming a
+    module there would run code no approved commit holds, edited whenever that checkout is."""
+    other = confined / "other-checkout" / "src"
+    (other / "otherlab").mkdir(parents=True)
+    (other / "otherlab" / "__init__.py").write_text("")
+    (other / "otherlab" / "kind.py").write_text(
+        "from prereg.kinds.stages import StageKind\nKIND = StageKind(name='otherlab.kind:KIND')\n"
+    )
+    mine = confined / "project" / "src" / "mylab"
+    mine.mkdir(parents=True)
+    (mine / "__init__.py").write_text("")
+    (mine / "kind.py").write_text((other / "otherlab" / "kind.py").read_text())
+    for folder in (other, mine.parent):
+        monkeypatch.syspath_prepend(str(folder))
+    for name in ("otherlab", "otherlab.kind", "mylab", "mylab.kind"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(stages.UnknownStageKind) as refused:
+        stages.load_kind("otherlab.kind:KIND")
+    assert f"was imported from {other / 'otherlab' / 'kind.py'}, outside the project" in str(
+        refused.value
+    )
+    assert stages.load_kind("mylab.kind:KIND").name == "otherlab.kind:KIND"  # the project's
+
+
 def test_a_kind_found_through_a_pythonpath_outside_the_checkout_is_refused_at_approve(tmp_path):
     """``pythonpath = ../elsewhere``: the kind would come from code no commit holds."""
     toy = _project(tmp_path)
@@ -130,7 +163,9 @@ def test_a_kind_found_through_a_pythonpath_outside_the_checkout_is_refused_at_ap
     toy.commit("The kind lives outside the checkout")
     done = toy.approve("toy", RUN, check=False)
     assert done.returncode != 0
-    assert f"loaded code mylab.kind from {elsewhere / 'kind.py'} lies outside" in done.stderr
+    assert f"mylab.kind was imported from {elsewhere / 'kind.py'}, outside the project" in (
+        done.stderr
+    )
     assert not (toy.root / "plans" / "approvals" / f"{RUN}.json").exists()
 
 

@@ -396,6 +396,20 @@ def _is_kind(name: str, kind: object) -> bool:
 KIND_POINT = registry.ExtensionPoint(ENTRY_POINT_GROUP, BUILT_IN_KINDS, _is_kind, "stage kind")
 
 
+# The folders this process's project code lives in (its checkout, or a run's snapshot):
+# when any is known, a project kind is taken only from a file under one of them.
+_PROJECT_ROOTS: list[str] = []
+
+
+def confine_project_kinds(root: Path) -> None:
+    """Take project kinds (``module:attribute``) in this process only from files under
+    ``root``: an editable install of another checkout, or any folder put on ``sys.path``,
+    then holds no kind a plan can name (its code is no file the approved commit holds)."""
+    folder = os.path.realpath(root)
+    if folder not in _PROJECT_ROOTS:
+        _PROJECT_ROOTS.append(folder)
+
+
 def is_project_kind(name: str) -> bool:
     """A kind named ``module:attribute``: a :class:`StageKind` in the project's own code."""
     return PROJECT_KIND_SEPARATOR in name
@@ -425,6 +439,12 @@ def _project_kind(name: str) -> StageKind:
             f"installed package, not the project's code ({where}): uninstall that package; a "
             "project kind needs no install, and an installed copy would run code the commit "
             "does not hold"
+        )
+    if _PROJECT_ROOTS and not any(origin.startswith(folder + os.sep) for folder in _PROJECT_ROOTS):
+        raise UnknownStageKind(
+            f"stage kind {name!r}: {module_name} was imported from {origin}, outside the "
+            f"project ({', '.join(_PROJECT_ROOTS)}): {where}; code from another checkout or "
+            "folder is no file the approved commit holds"
         )
     kind = getattr(module, attribute, None)
     if not isinstance(kind, StageKind):
@@ -473,6 +493,7 @@ def use_project_code(root: Path) -> None:
     folders = [str(Path(root))]
     folders += [str(Path(root, rel)) for rel in ini_list(root, "pythonpath")]
     sys.path[:0] = [f for f in folders if f not in sys.path]
+    confine_project_kinds(root)
 
 
 def load_kind(name: str) -> StageKind:

@@ -22,6 +22,7 @@ from prereg.decisions import approval as approvals
 from prereg.decisions import bindings
 from prereg.evidence import hermetic
 from prereg.kinds.plans import Plan, load_plan, rehearsal_data
+from prereg.kinds.stages import confine_project_kinds
 from prereg.records.runs import (
     RehearsalLayout,
     RunLayout,
@@ -267,6 +268,7 @@ def worker_settings(config: pytest.Config) -> Settings:
         settings = Settings(**{**asdict(settings), "checkout": own})
     if settings.research:
         provenance.set_thread_environment(settings.threads)  # remote workers inherit none
+        confine_project_kinds(root)
     return settings
 
 
@@ -287,6 +289,7 @@ def resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fals
     checkout = Path(config.option.prereg_checkout or root)
     stage = config.option.research_stage
     run_id = config.option.prereg_run_id
+    confine_project_kinds(root)  # the code the run executes: the snapshot, in a session
     registered = registered_options(config._parser)
     if config.option.prereg_checkout:  # a session: the launcher judged the command line, and
         for dest in hermetic.OUTPUT_OPTIONS:  # passes pytest.ini's output files resolved
@@ -372,6 +375,7 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
     working tree; the inputs and required runs bound as ``prereg approve`` would bind them;
     a new folder name under ``runs/rehearsals/``. No approval is read, nothing is spent."""
     stage = config.option.research_stage
+    confine_project_kinds(root)
     _refuse_outputs_over_records(config, hermetic.output_values(config), stage)
     if config.inipath is not None and config.inipath.parent.resolve() != root.resolve():
         raise pytest.UsageError(
