@@ -11,7 +11,6 @@ from datetime import date
 from pathlib import Path
 
 from prereg.base import gitrepo
-from prereg.base.hashing import sha256_file
 from prereg.decisions.approval import (
     APPROVALS,
     latest_complete_run,
@@ -58,12 +57,14 @@ def project_status(root: Path, today: date | str | None = None) -> dict:
     root = Path(root)
     problems: list[str] = []
     stages: dict[str, str | None] = {}
+    plan_hashes: dict[str, str] = {}  # plan path -> the SHA-256 load_plan read
     for rel in plan_paths(root):
         try:
             plan = load_plan(root / rel)
         except (OSError, ValueError, LookupError, TypeError) as err:
             problems.append(f"plan {rel} (pytest.ini prereg_plans) cannot be read: {err}")
             continue
+        plan_hashes[rel] = plan.sha256
         for stage in plan.stages:
             stages.setdefault(stage, rel)
 
@@ -149,7 +150,7 @@ def project_status(root: Path, today: date | str | None = None) -> dict:
                 "unspent_approvals": unspent,
                 "next_free_run_id": next_free,
                 "latest_complete_run": latest_complete_run(root, stage),
-                "plan_sha256": _sha256_or_none(root / plan_rel) if plan_rel else None,
+                "plan_sha256": plan_hashes.get(plan_rel) if plan_rel else None,
                 "runs": [
                     {
                         "run_id": r.run_id,
@@ -169,13 +170,6 @@ def project_status(root: Path, today: date | str | None = None) -> dict:
             }
         )
     return {"stages": listed, "problems": problems}
-
-
-def _sha256_or_none(path: Path) -> str | None:
-    try:
-        return sha256_file(path)
-    except OSError:
-        return None
 
 
 def _runs_by_plan(entry: dict) -> list[str]:
