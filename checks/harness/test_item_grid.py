@@ -164,6 +164,18 @@ def test_coordinates_that_name_no_cell_of_a_grid_are_refused(coords):
         api.Grid("replicate", lambda settings: range(3)).item_key(coords)
 
 
+def test_a_grid_whose_values_are_a_set_is_refused_by_the_kinds_check():
+    """A set of strings iterates in another order in each process (hash randomisation):
+    the workers would list the stage's items in different orders."""
+    kind = api.StageKind(
+        name="test.grid",
+        settings=lambda plan_data, stage: 2,
+        grid=api.Grid("cell", lambda n: {"a", "b"}),
+    )
+    with pytest.raises(api.SchemaError, match="its values are a set, whose order differs"):
+        kind.check(_plan(), STAGE)
+
+
 def test_a_value_repeated_by_the_grid_is_refused_by_the_kinds_check():
     kind = api.StageKind(
         name="test.grid",

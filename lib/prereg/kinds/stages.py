@@ -99,8 +99,15 @@ class Grid:
 
     def cells(self, settings: Any) -> dict[str, int | str]:
         """The item grid, item key -> value, in the order ``values`` gives."""
+        values = self.values(settings)
+        if isinstance(values, (set, frozenset)):  # ordered by string hashes, per process
+            raise TypeError(
+                f"grid coordinate {self.coordinate!r}: its values are a set, whose order "
+                "differs between processes (so would each worker's items): return a list, "
+                "a tuple or a range"
+            )
         grid: dict[str, int | str] = {}
-        for value in self.values(settings):
+        for value in values:
             key = self.key(value)
             if key in grid:
                 raise ValueError(
