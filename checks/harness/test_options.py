@@ -363,14 +363,21 @@ def test_a_rehearsal_with_pytest_plugins_set_runs_and_warns_that_the_run_would_b
 
 
 def test_a_rehearsal_from_another_root_is_refused_naming_the_projects_root(approved, tmp_path):
-    """``--rootdir`` elsewhere made pytest look for the plans there: the rehearsal said a
-    plan does not exist. It names the option and the project's root instead."""
+    """``--rootdir`` elsewhere made pytest look for the plans there (the rehearsal said a
+    plan does not exist), and ``-c`` read an ini naming none (it said the stage is
+    unknown). Both are named instead."""
     done = research_run(approved, "--rehearse", f"--rootdir={tmp_path}")
     assert done.returncode == 4, done.stdout + done.stderr
-    assert f"pytest's root is {tmp_path} (--rootdir), not the project's root {approved.root}" in (
+    assert f"pytest's root is {tmp_path} and it reads {approved.root / 'pytest.ini'}" in (
         done.stderr
     ), done.stderr
     assert "does not exist" not in done.stderr
+    other = tmp_path / "other.ini"  # -c: another ini file, naming no plan
+    other.write_text("[pytest]\n")
+    read_other = research_run(approved, "--rehearse", "-c", str(other))
+    assert read_other.returncode == 4, read_other.stdout + read_other.stderr
+    assert f"it reads {other} (--rootdir, -c)" in read_other.stderr, read_other.stderr
+    assert "unknown research stage" not in read_other.stderr
     assert not (approved.root / "runs" / "rehearsals").exists()
     same = research_run(approved, "--rehearse", f"--rootdir={approved.root}")
     assert same.returncode == 0, same.stdout + same.stderr

@@ -377,11 +377,13 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
     stage = config.option.research_stage
     confine_project_kinds(root)
     _refuse_outputs_over_records(config, hermetic.output_values(config), stage)
-    if config.inipath is not None and config.inipath.parent.resolve() != root.resolve():
+    ini = config.inipath
+    if ini is not None and ini.resolve() != (root / "pytest.ini").resolve():
         raise pytest.UsageError(
-            f"{STAGE_OPTION}={stage} {REHEARSE_OPTION}: pytest's root is {root} (--rootdir), "
-            f"not the project's root {config.inipath.parent}, where pytest.ini and its plans "
-            "are; a rehearsal, as a run, runs from the project's root: drop --rootdir"
+            f"{STAGE_OPTION}={stage} {REHEARSE_OPTION}: pytest's root is {root} and it reads "
+            f"{ini} (--rootdir, -c), not the project's pytest.ini at its root, which names the "
+            "plans; a rehearsal, as a run, reads that file from that folder: drop --rootdir "
+            "and -c"
         )
     asked = config.option.prereg_rehearse_plan
     plan_path = known_plan(root, config, stage) if asked is None else asked
