@@ -77,6 +77,19 @@ def _forge(store, *, in_git: bool = True, **changes):
         ledger.record_verdict(root, record["run_id"], store.read_bytes())
 
 
+def test_a_verdict_whose_git_record_was_deleted_is_not_trusted(audited):
+    """``git update-ref -d`` of the verdict's ref: the file alone proves nothing."""
+    toy, _ = audited
+    store = toy.root / "runs" / "audits" / f"{RUN}.json"
+    assert toy.audit(RUN).returncode == 0
+    _forge(store, replayed=True)
+    toy.git("update-ref", "-d", ledger.verdict_ref(RUN))
+    reason = verdicts.staleness(toy.root, json.loads(store.read_text()), toy.run_dir(RUN))
+    assert reason == f"git records no stored verdict for the run ({ledger.verdict_ref(RUN)})"
+    result = audit_run_cached(toy.root, toy.run_dir(RUN))
+    assert "not run again" not in result.replay_note and "git records no" in result.replay_note
+
+
 def test_a_verdict_file_edited_by_hand_is_not_trusted_and_the_run_is_audited_again(audited):
     """A clean replayed verdict written into runs/audits/ by hand (or left by another clone)
     is not the one git records: report and runs audit again instead of showing it."""
