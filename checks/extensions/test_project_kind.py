@@ -150,6 +150,24 @@ def test_a_kind_from_another_checkout_on_sys_path_is_refused(confined, monkeypat
     assert stages.load_kind("mylab.kind:KIND").name == "otherlab.kind:KIND"  # the project's
 
 
+def test_a_kind_package_symlinked_into_the_project_from_outside_is_refused(confined, monkeypatch):
+    """A symbolic link in src/ to a package elsewhere: git holds the link, not the code."""
+    outside = confined / "outside" / "linked"
+    outside.mkdir(parents=True)
+    (outside / "__init__.py").write_text("")
+    (outside / "kind.py").write_text(
+        "from prereg.kinds.stages import StageKind\nKIND = StageKind(name='linked.kind:KIND')\n"
+    )
+    src = confined / "project" / "src"
+    src.mkdir(parents=True)
+    (src / "linked").symlink_to(outside, target_is_directory=True)
+    monkeypatch.syspath_prepend(str(src))
+    for name in ("linked", "linked.kind"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(stages.UnknownStageKind, match="outside the project"):
+        stages.load_kind("linked.kind:KIND")
+
+
 def test_a_kind_found_through_a_pythonpath_outside_the_checkout_is_refused_at_approve(tmp_path):
     """``pythonpath = ../elsewhere``: the kind would come from code no commit holds."""
     toy = _project(tmp_path)
