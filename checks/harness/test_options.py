@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import prereg
 from prereg.runtime import option_policy
-from prereg.runtime.settings import registered_options
+from prereg.runtime.process_run import registered_options
 from support.toy import make_toy_repo
 
 pytestmark = pytest.mark.software

@@ -12,7 +12,7 @@ This module is the table of prereg's pytest hooks and fixtures; each delegates t
 :mod:`prereg.runtime`:
 
 =================================  ======================================================
-``pytest_addoption``               :func:`prereg.runtime.settings.add_options`
+``pytest_addoption``               :func:`prereg.runtime.process_run.add_options`
 ``pytest_cmdline_main``            :mod:`prereg.runtime.launcher`: gate, snapshot, session
 ``pytest_configure`` (tryfirst)    :func:`prereg.runtime.launcher.configure`: the process's
                                    role; a session registers the ``prereg-controller``
@@ -42,22 +42,21 @@ from pathlib import Path
 import pytest
 
 from prereg.kinds.context import ItemContext
-from prereg.runtime import collection, launcher
+from prereg.runtime import collection, launcher, process_run
 from prereg.runtime import items as item_side
-from prereg.runtime import settings as run_settings
-from prereg.runtime.settings import parametrize_items, project_root, stage_inputs, stage_plan
+from prereg.runtime.process_run import parametrize_items, project_root, stage_inputs, stage_plan
 
 __all__ = ["parametrize_items", "project_root", "stage_inputs", "stage_plan"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    run_settings.add_options(parser)
+    process_run.add_options(parser)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """Before pytest writes its ``--debug`` file, once the command line is parsed."""
-    run_settings.refuse_early_outputs(early_config)
+    process_run.refuse_early_outputs(early_config)
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from prereg.runtime.settings import SETTINGS
+from prereg.runtime.process_run import PROCESS_RUN
 
 # The hooks through which a conftest.py or plugin can change which items a session collects.
 ITEM_HOOKS = (
@@ -31,38 +31,38 @@ def ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     listing, a rehearsal) collects only the stage's module and the folders above it: the
     other checks of the project are never imported, which would only slow the gate and widen
     what the execution condition must account for (their items would be deselected anyway)."""
-    settings = config.stash.get(SETTINGS, None)
-    if settings is None:
+    run = config.stash.get(PROCESS_RUN, None)
+    if run is None:
         return None
-    root = Path(settings.root)
-    if settings.research and settings.module:
-        module = root / settings.module
+    root = Path(run.root)
+    if run.research and run.module:
+        module = root / run.module
         return None if collection_path == module or collection_path in module.parents else True
     research_roots = [root / p for p in config.getini("prereg_research_paths")]
     if not any(collection_path == r or r in collection_path.parents for r in research_roots):
         return None
-    if not settings.research:
+    if not run.research:
         return True  # a software run never collects research stages
     if collection_path.is_file() and collection_path.suffix == ".py":
-        return collection_path != root / settings.module or None
+        return collection_path != root / run.module or None
     return None
 
 
 def select_items(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect every item not of this run's stage; a listing writes the node ids it kept."""
-    settings = config.stash[SETTINGS]
-    module = Path(settings.root) / settings.module if settings.research else None
+    run = config.stash[PROCESS_RUN]
+    module = Path(run.root) / run.module if run.research else None
     keep, drop = [], []
     for item in items:
         marker = item.get_closest_marker("research_stage")
         item_stage = marker.args[0] if marker and marker.args else None
         # A research item counts only from the module its plan names.
-        selected = item_stage == settings.stage and (module is None or item.path == module)
+        selected = item_stage == run.stage and (module is None or item.path == module)
         (keep if selected else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
-    if settings.research and config.option.prereg_list_items:
+    if run.research and config.option.prereg_list_items:
         Path(config.option.prereg_list_items).write_text(json.dumps([i.nodeid for i in items]))
 
 

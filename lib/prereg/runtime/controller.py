@@ -31,7 +31,7 @@ from prereg.runtime import items as item_side
 from prereg.runtime import signals
 from prereg.runtime.collection import item_changers
 from prereg.runtime.listing import Listing
-from prereg.runtime.settings import PROPERTY, SETTINGS, Settings
+from prereg.runtime.process_run import PROCESS_RUN, PROPERTY, ProcessRun
 from prereg.runtime.terminal import TerminalOutput
 from prereg.runtime.workers import XdistBridge, distributed
 
@@ -63,12 +63,12 @@ class Deferred:
 class Controller(XdistBridge, TerminalOutput):
     """Runs the gate, spends the run id, gathers item records, writes the manifest."""
 
-    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+    def __init__(self, config: pytest.Config, run: ProcessRun) -> None:
         self.config = config
-        self.settings = settings
-        self.root = settings.project  # the checkout: approvals, refusals, runs/, git
-        self.code_root = Path(settings.root)  # where the code runs from (a session's snapshot)
-        self.layout = settings.layout
+        self.run = run
+        self.root = run.project  # the checkout: approvals, refusals, runs/, git
+        self.code_root = Path(run.root)  # where the code runs from (a session's snapshot)
+        self.layout = run.layout
         self.run_dir = self.layout.folder
         self.entries: dict[str, dict] = {}
         self.expected: list[str] = []
@@ -98,7 +98,7 @@ class Controller(XdistBridge, TerminalOutput):
 
     def check_gate(self) -> gate.Gathered:
         """The session's gate (:func:`pass_gate`); its approval and snapshot are kept."""
-        self.approval, self.snapshot, gathered = pass_gate(self.config, self.settings)
+        self.approval, self.snapshot, gathered = pass_gate(self.config, self.run)
         return gathered
 
     @pytest.hookimpl(tryfirst=True)
@@ -107,7 +107,7 @@ class Controller(XdistBridge, TerminalOutput):
         about to run are known to be the stage's full item set and the stage kind's own
         check, run meanwhile, found nothing (:meth:`_verify_and_spend`)."""
         self.session = session
-        settings = self.settings
+        run = self.run
         gathered = self.check_gate()
         self.execution = gathered.execution or execution.record(
             self.code_root, self.config.pluginmanager.list_name_plugin(), snapshot=self.snapshot
@@ -116,27 +116,27 @@ class Controller(XdistBridge, TerminalOutput):
         self.environment = gathered.environment
         self.remote_ledgers = gathered.facts.remote_ledgers
         self.plan = gathered.plan
-        spec = self.plan.stage(settings.stage)
+        spec = self.plan.stage(run.stage)
         self.kind = load_kind(spec["kind"])
-        self.listing = Listing(self.code_root, settings, self.config)
+        self.listing = Listing(self.code_root, run, self.config)
         if gathered.kind_check is not None:  # E04 loads its model: meanwhile workers start
             self.kind_check = Deferred(gathered.kind_check, name="prereg-kind-check")
         gate_passed_at = time.time()
         deadline = gate_passed_at + spec["budget_seconds"] if spec["budget_enforced"] else None
-        self.settings = settings = Settings(
+        self.run = run = ProcessRun(
             **{
-                **asdict(settings),
+                **asdict(run),
                 "deadline": deadline,
                 "budget_seconds": spec["budget_seconds"] if spec["budget_enforced"] else None,
                 "gate_passed": True,
                 "snapshot_tree": self.snapshot.tree if self.snapshot is not None else None,
             }
         )
-        self.config.stash[SETTINGS] = settings
+        self.config.stash[PROCESS_RUN] = run
 
     def refuse(self, refusals: list[gate.Refusal]) -> None:
         """:func:`refuse` this run's approval."""
-        refuse(self.config, self.settings, self.approval, refusals)
+        refuse(self.config, self.run, self.approval, refusals)
 
     def _verify_and_spend(self, about_to_run: list[str]) -> None:
         """Compare the items about to run with the stage's full item set, then spend the run id:
@@ -162,7 +162,7 @@ class Controller(XdistBridge, TerminalOutput):
             gate.item_set(expected, about_to_run, item_changers(self.config, self.code_root))
         )
         self.expected = list(expected)
-        record, settings = self.approval, self.settings
+        record, run = self.approval, self.run
         if self.run_dir.exists():
             self.refuse([gate.Refusal(
                 "run-id-unused",
@@ -171,7 +171,7 @@ class Controller(XdistBridge, TerminalOutput):
             )])  # fmt: skip
         started_at = manifest.utc_now()
         start = manifest.start_record(
-            stage=settings.stage,
+            stage=run.stage,
             run_id=record.run_id,
             approval_path=record.path,
             plan_sha256=record.data["plan"]["sha256"],
@@ -179,13 +179,13 @@ class Controller(XdistBridge, TerminalOutput):
             root=self.root,
             remote_ledgers=[remote.record() for remote in self.remote_ledgers],
         )
-        single = self.plan.stage(settings.stage)["single_attempt"]
+        single = self.plan.stage(run.stage)["single_attempt"]
         try:
             ledger.spend(
                 self.root,
                 record.run_id,
                 canonical_json(start).encode(),
-                single_attempt_stage=settings.stage if single else None,
+                single_attempt_stage=run.stage if single else None,
                 source_commit=start["source_commit"],
             )
         except ledger.AlreadyRecorded as err:
@@ -208,12 +208,11 @@ class Controller(XdistBridge, TerminalOutput):
                 "a new run id"
             ) from None
         disclosed = [  # the rehearsals its approval lists, as git here still holds them
-            ledger.rehearsal_ref(settings.stage, d["name"])
-            for d in record.data.get("rehearsals", [])
+            ledger.rehearsal_ref(run.stage, d["name"]) for d in record.data.get("rehearsals", [])
         ]
         self._publish(
             [ledger.start_ref(record.run_id), ledger.source_ref(record.run_id)]
-            + [ledger.attempt_ref(settings.stage)] * single
+            + [ledger.attempt_ref(run.stage)] * single
             + [ref for ref in disclosed if ledger.read(self.root, ref) is not None]
         )
         self.started = time.time()
@@ -251,7 +250,7 @@ class Controller(XdistBridge, TerminalOutput):
             if problem:
                 entry["log_error"] = problem  # a reason in the manifest; the run goes on
             self._announce_finished(entry)
-        spec = self.plan.stage(self.settings.stage)
+        spec = self.plan.stage(self.run.stage)
         if spec["budget_enforced"] and time.time() > self.started + spec["budget_seconds"]:
             self.session.shouldstop = "the stage's wall-time budget is exhausted"
 
@@ -310,12 +309,12 @@ class Controller(XdistBridge, TerminalOutput):
         self.status = json.loads(data)["status"] if data is not None else "without a manifest"
         if data is not None:
             try:
-                ledger.record_manifest(self.root, self.settings.run_id, data)
-                self._publish([ledger.manifest_ref(self.settings.run_id)])
+                ledger.record_manifest(self.root, self.run.run_id, data)
+                self._publish([ledger.manifest_ref(self.run.run_id)])
             except Exception as err:  # noqa: BLE001 -- the manifest file stays; the audit sees no ref
                 self.finish_notes.append(
                     f"the manifest's SHA-256 could not be recorded in git "
-                    f"({ledger.manifest_ref(self.settings.run_id)}): {manifest.describe(err)}"
+                    f"({ledger.manifest_ref(self.run.run_id)}): {manifest.describe(err)}"
                 )
         if self.status != manifest.COMPLETE and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -441,7 +440,7 @@ class Controller(XdistBridge, TerminalOutput):
             plugins=_plugin_names(self.config),
             imported=imported,
             threads={
-                "threads_per_worker": self.settings.threads,
+                "threads_per_worker": self.run.threads,
                 "per_item": "see items[].thread_settings",
             },
         )
@@ -455,8 +454,8 @@ class Controller(XdistBridge, TerminalOutput):
             run_dir=self.run_dir,
             start=start,
             approval=self.approval.data,
-            plan_path=self.settings.plan_path,
-            stage_spec=self.plan.stage(self.settings.stage),
+            plan_path=self.run.plan_path,
+            stage_spec=self.plan.stage(self.run.stage),
             items=items,
             expected=self.expected,
             reasons=reasons,
@@ -470,7 +469,7 @@ class Controller(XdistBridge, TerminalOutput):
         """What the fallback manifest knows: the start record, the items, the error."""
         try:
             start = read_json(self.layout.start, what="start record")
-        except Exception:  # noqa: BLE001 -- the fallback uses what the settings know
+        except Exception:  # noqa: BLE001 -- the fallback uses what the process run knows
             start = None
         try:
             items = self._items()
@@ -479,9 +478,9 @@ class Controller(XdistBridge, TerminalOutput):
         return manifest.minimal_manifest(
             run_dir=self.run_dir,
             start=start,
-            stage=self.settings.stage,
-            run_id=self.settings.run_id,
-            plan_path=self.settings.plan_path,
+            stage=self.run.stage,
+            run_id=self.run.run_id,
+            plan_path=self.run.plan_path,
             items=items,
             expected=self.expected,
             reasons=[self.interrupted] if self.interrupted else [],
@@ -494,14 +493,14 @@ class Controller(XdistBridge, TerminalOutput):
             root=self.root,
             run_dir=self.run_dir,
             plan=self.plan,
-            stage=self.settings.stage,
+            stage=self.run.stage,
             items=tuple(items),
-            rehearsal=self.settings.rehearsal is not None,
+            rehearsal=self.run.rehearsal is not None,
         )
 
 
 def pass_gate(
-    config: pytest.Config, settings: Settings, *, session_follows: bool = False
+    config: pytest.Config, run: ProcessRun, *, session_follows: bool = False
 ) -> tuple[approvals.Approval, snapshots.Snapshot | None, gate.Gathered]:
     """Gather the facts and check every run condition; :func:`refuse` if one fails.
 
@@ -510,17 +509,17 @@ def pass_gate(
     is the launcher, and the session's gate judges what it loads again
     (:func:`prereg.decisions.gate.gather`). The stage kind's own check is left to the caller
     (:attr:`prereg.decisions.gate.Gathered.kind_check`)."""
-    root = settings.project
-    record = approvals.load_approval(Path(settings.approval_path))
+    root = run.project
+    record = approvals.load_approval(Path(run.approval_path))
     snapshot = None
     try:
         if config.option.prereg_checkout:  # a session: its code must be a snapshot
-            snapshot = _proved_snapshot(root, Path(settings.root))
+            snapshot = _proved_snapshot(root, Path(run.root))
         gathered = gate.gather(
             root,
             record.data,
             record.path,
-            stage=settings.stage,
+            stage=run.stage,
             run_id_asked=config.option.prereg_run_id,
             plugins=config.pluginmanager.list_name_plugin(),
             snapshot=snapshot,
@@ -528,25 +527,25 @@ def pass_gate(
             defer_kind_check=True,
         )
     except gitrepo.GitError as err:
-        refuse(config, settings, record, [gate.Refusal("git", f"{err}. {GIT_FIX}")])
-    refuse(config, settings, record, gate.check(gathered.facts))
+        refuse(config, run, record, [gate.Refusal("git", f"{err}. {GIT_FIX}")])
+    refuse(config, run, record, gate.check(gathered.facts))
     return record, snapshot, gathered
 
 
 def refuse(
     config: pytest.Config,
-    settings: Settings,
+    run: ProcessRun,
     record: approvals.Approval,
     refusals: list[gate.Refusal],
 ) -> None:
     """Record the refusals and stop with a usage error; a refusal spends no run id."""
     if not refusals:
         return
-    root = settings.project
-    where = approvals.write_refusal(root, record, settings.stage, record.run_id, refusals)
+    root = run.project
+    where = approvals.write_refusal(root, record, run.stage, record.run_id, refusals)
     _drop_junit_report(config)  # the refused run gets no runs/<run-id>/junit.xml
     raise pytest.UsageError(
-        f"research stage {settings.stage} refused (run {record.run_id}; "
+        f"research stage {run.stage} refused (run {record.run_id}; "
         f"{refusal_note(root, record.run_id)}; refusal recorded in "
         f"{where.relative_to(root)}):\n  " + "\n  ".join(str(r) for r in refusals)
     )

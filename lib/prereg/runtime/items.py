@@ -22,42 +22,42 @@ from prereg.kinds.context import BudgetExceeded, ItemContext
 from prereg.records import snapshot as snapshots
 from prereg.records.runs import consumed_folder, item_dir_name
 from prereg.runtime import remote
-from prereg.runtime.settings import (
+from prereg.runtime.process_run import (
     CODE,
     ITEM_RECORD,
     PEAK,
+    PROCESS_RUN,
     PROPERTY,
     PROVED_CHECKOUT,
     PROVED_SNAPSHOT,
-    SETTINGS,
     SHIPPED,
     WORKER_GATE,
-    Settings,
+    ProcessRun,
     verified_inputs,
 )
 
 
 def start_item(item: pytest.Item) -> None:
     """A research item's record starts, and its peak memory is measured from here."""
-    settings = item.config.stash[SETTINGS]
-    if settings.research:
+    run = item.config.stash[PROCESS_RUN]
+    if run.research:
         item.stash[ITEM_RECORD] = {"nodeid": item.nodeid, "output_dir": item_dir_name(item.nodeid)}
         item.stash[PEAK] = provenance.PeakScope().start()
 
 
 def proved_plan(request: pytest.FixtureRequest) -> dict:
     """The plan, re-checked in this process against the approval (the worker-side gate)."""
-    settings = request.config.stash[SETTINGS]
-    if not settings.research:
+    run = request.config.stash[PROCESS_RUN]
+    if not run.research:
         raise RuntimeError("the research fixture is only available under --research-stage")
-    path = Path(settings.root) / settings.plan_path
-    if settings.rehearsal is not None:  # no gate to receive: the plan must be the one rehearsed
-        if sha256_file(path) != settings.plan_sha256:
+    path = Path(run.root) / run.plan_path
+    if run.rehearsal is not None:  # no gate to receive: the plan must be the one rehearsed
+        if sha256_file(path) != run.plan_sha256:
             raise RuntimeError(f"{path} changed since the rehearsal started; rehearse again")
         return read_json(path, what="plan")
-    if not settings.gate_passed:
+    if not run.gate_passed:
         raise RuntimeError("this process did not receive a passed gate from the controller")
-    if sha256_file(path) != settings.plan_sha256:
+    if sha256_file(path) != run.plan_sha256:
         raise RuntimeError(f"{path} no longer matches the approved plan; the run is void")
     if hasattr(request.config, "workerinput"):  # a worker's own code, checked as the gate did
         problems = worker_problems(request.config)
@@ -71,35 +71,33 @@ def worker_problems(config: pytest.Config) -> list[str]:
     runs in the checkout or snapshot it proved, the snapshot's tree is the run's, and the
     code it loaded (at collection: the stage's modules and what they import) is accounted
     for by the snapshot and the installed files, as the gate judged the controller's."""
-    settings = config.stash[SETTINGS]
+    run = config.stash[PROCESS_RUN]
     worker = config.workerinput.get("workerid")
     proved = config.workerinput.get(PROVED_SNAPSHOT) or config.workerinput.get(PROVED_CHECKOUT)
-    if proved and os.path.realpath(settings.root) != os.path.realpath(proved):
+    if proved and os.path.realpath(run.root) != os.path.realpath(proved):
         elsewhere = (
-            f"worker {worker} runs in {settings.root}, not in the checkout {proved} it proved "
+            f"worker {worker} runs in {run.root}, not in the checkout {proved} it proved "
             "before the run: give its --tx spec chdir=<the top of that checkout>"
         )
         return [elsewhere]
     snapshot = None
-    if settings.checkout:  # a worker of a hermetic session (a remote one: its own snapshot)
+    if run.checkout:  # a worker of a hermetic session (a remote one: its own snapshot)
         try:
-            snapshot = snapshots.prove(
-                Path(settings.root), "", gitrepo.object_format(settings.project)
-            )
+            snapshot = snapshots.prove(Path(run.root), "", gitrepo.object_format(run.project))
         except (snapshots.SnapshotError, gitrepo.GitError, OSError) as err:
-            return [f"worker {worker} could not prove its snapshot {settings.root}: {err}"]
-        if snapshot.tree != settings.snapshot_tree:
-            head = gitrepo.head_commit(settings.project)
-            changed = snapshots.differences(Path(settings.root), settings.project, head)
+            return [f"worker {worker} could not prove its snapshot {run.root}: {err}"]
+        if snapshot.tree != run.snapshot_tree:
+            head = gitrepo.head_commit(run.project)
+            changed = snapshots.differences(Path(run.root), run.project, head)
             other = (
-                f"worker {worker} runs from {settings.root}, whose tree {snapshot.tree} is not "
-                f"the run's snapshot {settings.snapshot_tree} ({', '.join(changed[:8])}): the "
+                f"worker {worker} runs from {run.root}, whose tree {snapshot.tree} is not "
+                f"the run's snapshot {run.snapshot_tree} ({', '.join(changed[:8])}): the "
                 "snapshot changed, or the worker was started elsewhere"
             )
             return [other]
-    config.stash[CODE] = (Path(settings.root), snapshot)
+    config.stash[CODE] = (Path(run.root), snapshot)
     plugins = config.pluginmanager.list_name_plugin()
-    problems = execution.problems(Path(settings.root), plugins, worker=True, snapshot=snapshot)
+    problems = execution.problems(Path(run.root), plugins, worker=True, snapshot=snapshot)
     return [
         f"worker {worker} runs code the approval does not cover: {problem}" for problem in problems
     ]
@@ -110,8 +108,8 @@ def judge_worker_collection(session: pytest.Session) -> None:
     (:func:`worker_problems`) goes to the controller as a failed collect report, which the
     controller weighs, with every worker's ordered collection, before spending the run id."""
     config = session.config
-    settings = config.stash[SETTINGS]
-    if not hasattr(config, "workerinput") or settings.run_id is None or not settings.gate_passed:
+    run = config.stash[PROCESS_RUN]
+    if not hasattr(config, "workerinput") or run.run_id is None or not run.gate_passed:
         return
     problems = worker_problems(config)
     if problems:
@@ -124,41 +122,40 @@ def judge_worker_collection(session: pytest.Session) -> None:
 
 def item_context(request: pytest.FixtureRequest, plan: dict) -> ItemContext:
     """The item's context: plan parameters, recorded seeds, output folder, budget."""
-    settings = request.config.stash[SETTINGS]
+    run = request.config.stash[PROCESS_RUN]
     record = request.node.stash[ITEM_RECORD]
-    outputs = settings.layout.item_dir(record["output_dir"])
-    if settings.ship_outputs:  # a remote worker: a private folder, sent back with the report
+    outputs = run.layout.item_dir(record["output_dir"])
+    if run.ship_outputs:  # a remote worker: a private folder, sent back with the report
         outputs = Path(tempfile.mkdtemp(prefix="prereg-item-")) / record["output_dir"]
         request.node.stash[SHIPPED] = outputs
     outputs.mkdir(parents=True, exist_ok=False)
     context = ItemContext(
-        stage=settings.stage,
-        run_id=settings.run_id,
+        stage=run.stage,
+        run_id=run.run_id,
         plan=plan,
         outputs=outputs,
-        seed_namespace=settings.seed_namespace,
-        deadline=deadline(settings),
+        seed_namespace=run.seed_namespace,
+        deadline=deadline(run),
         record=record,
-        inputs=verified_inputs(settings),
+        inputs=verified_inputs(run),
         required_runs={
-            k: consumed_folder(settings.project, v)
-            for k, v in (settings.required_runs or {}).items()
+            k: consumed_folder(run.project, v) for k, v in (run.required_runs or {}).items()
         },
-        progress_log=None if settings.ship_outputs else settings.layout.progress_log,
-        rehearsal=settings.layout.folder if settings.rehearsal is not None else None,
+        progress_log=None if run.ship_outputs else run.layout.progress_log,
+        rehearsal=run.layout.folder if run.rehearsal is not None else None,
     )
     context.check_budget()
-    record["thread_settings"] = provenance.apply_thread_limits(settings.threads)
+    record["thread_settings"] = provenance.apply_thread_limits(run.threads)
     return context
 
 
-def deadline(settings: Settings) -> float | None:
+def deadline(run: ProcessRun) -> float | None:
     """An enforced budget counts from the spend (``start.json``'s ``started_at``), read from
     the run folder where this process can see it; a remote worker uses the gate's time."""
-    if settings.budget_seconds is None or settings.ship_outputs:
-        return settings.deadline
-    started = read_json(settings.layout.start, what="start record")["started_at"]
-    return datetime.fromisoformat(started).timestamp() + settings.budget_seconds
+    if run.budget_seconds is None or run.ship_outputs:
+        return run.deadline
+    started = read_json(run.layout.start, what="start record")["started_at"]
+    return datetime.fromisoformat(started).timestamp() + run.budget_seconds
 
 
 def record_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport) -> None:
@@ -167,8 +164,8 @@ def record_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestR
     record = item.stash.get(ITEM_RECORD, None)
     if record is not None and (report.when == "call" or (report.when == "setup" and report.failed)):
         try:
-            settings = item.config.stash[SETTINGS]
-            outputs = item.stash.get(SHIPPED, settings.layout.item_dir(record["output_dir"]))
+            run = item.config.stash[PROCESS_RUN]
+            outputs = item.stash.get(SHIPPED, run.layout.item_dir(record["output_dir"]))
             record["outputs"] = file_entries(outputs) if outputs.exists() else []
             if SHIPPED in item.stash:
                 shipped = item.stash[SHIPPED]
@@ -193,7 +190,7 @@ def finish_worker(session: pytest.Session) -> None:
     """A research worker sends the controller the packages it imported and the execution
     condition judged again at its end."""
     config = session.config
-    if hasattr(config, "workeroutput") and config.stash[SETTINGS].research:
+    if hasattr(config, "workeroutput") and config.stash[PROCESS_RUN].research:
         ran = config.stash.get(CODE, None)  # None: no item ran here
         config.workeroutput[PROPERTY] = {
             "packages_imported": provenance.imported_packages(),

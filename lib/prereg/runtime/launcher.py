@@ -3,7 +3,7 @@
 ``pytest --research-stage=S`` typed by a user launches: it passes the gate, materialises a
 snapshot of the approved commit and becomes the hermetic session (:mod:`prereg.evidence.hermetic`),
 which registers the :class:`~prereg.runtime.controller.Controller`. An xdist worker takes
-the controller's settings; a software run, a listing, a session and a rehearsal
+the run the controller belongs to; a software run, a listing, a session and a rehearsal
 (:mod:`prereg.runtime.rehearsal`, in this process, from the working tree) each get their own.
 """
 
@@ -21,16 +21,16 @@ from prereg.evidence import hermetic
 from prereg.records import snapshot as snapshots
 from prereg.runtime.controller import Controller, pass_gate, refuse
 from prereg.runtime.listing import entry_point_plugins
-from prereg.runtime.rehearsal import Rehearsal
-from prereg.runtime.settings import (
+from prereg.runtime.process_run import (
+    PROCESS_RUN,
     REHEARSE_OPTION,
-    SETTINGS,
     STAGE_OPTION,
-    Settings,
+    ProcessRun,
     resolve_rehearsal,
     resolve_research_run,
-    worker_settings,
+    worker_process_run,
 )
+from prereg.runtime.rehearsal import Rehearsal
 from prereg.runtime.signals import end_on_sigterm
 
 
@@ -52,8 +52,8 @@ def launch(config: pytest.Config) -> None:
     """Pass the gate here, then become the hermetic session; this process never collects
     or runs an item itself (it does not return)."""
     root = Path(config.rootpath)
-    settings = resolve_research_run(config, root)
-    record, _, gathered = pass_gate(config, settings, session_follows=True)
+    run = resolve_research_run(config, root)
+    record, _, gathered = pass_gate(config, run, session_follows=True)
     approved = gathered.facts.head  # the commit the gate judged, and no other
     checkout = Path(gitrepo.toplevel(root))
     handoff = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
@@ -63,7 +63,7 @@ def launch(config: pytest.Config) -> None:
         snapshot = snapshots.materialise(checkout, approved)
     except (snapshots.SnapshotError, gitrepo.GitError, OSError) as err:
         refusal = gate.Refusal("hermetic", f"the approved commit cannot be run: {err}")
-        refuse(config, settings, record, [refusal])
+        refuse(config, run, record, [refusal])
     try:
         hermetic.private_world(snapshots.scratch(snapshot.folder))
         lock = record.data.get("environment_lock") or {}
@@ -98,7 +98,7 @@ def launch(config: pytest.Config) -> None:
 
 
 def configure(config: pytest.Config) -> None:
-    """prereg's markers, and this process's settings by its role: an xdist worker, a
+    """prereg's markers, and the run this process belongs to, by its role: an xdist worker, a
     software run, a listing, or a hermetic session (which registers the controller)."""
     config.addinivalue_line("markers", "software: a software check, what CI runs")
     config.addinivalue_line("markers", "research_stage(name): an item of a research stage")
@@ -110,24 +110,24 @@ def configure(config: pytest.Config) -> None:
             f"{STAGE_OPTION}=NAME {REHEARSE_OPTION}, without --run-id"
         )
     if hasattr(config, "workerinput"):
-        settings = worker_settings(config)
+        run = worker_process_run(config)
     elif config.option.research_stage is None or config.option.help or config.option.version:
-        settings = Settings(root=str(root))
+        run = ProcessRun(root=str(root))
     elif config.option.prereg_rehearse:
-        settings = resolve_rehearsal(config, root)
-        config.pluginmanager.register(Rehearsal(config, settings), "prereg-rehearsal")
+        run = resolve_rehearsal(config, root)
+        config.pluginmanager.register(Rehearsal(config, run), "prereg-rehearsal")
     elif config.option.prereg_list_items:
         config.option.collectonly = True  # a listing never runs an item
-        settings = resolve_research_run(config, root, listing=True)
+        run = resolve_research_run(config, root, listing=True)
     elif config.option.prereg_checkout:
-        settings = resolve_research_run(config, root)
-        config.pluginmanager.register(Controller(config, settings), "prereg-controller")
+        run = resolve_research_run(config, root)
+        config.pluginmanager.register(Controller(config, run), "prereg-controller")
     else:
         raise pytest.UsageError(
             f"a research run starts from the command line (`pytest {STAGE_OPTION}=NAME`), "
             "which runs it from a snapshot of the approved commit; it cannot run inside "
             "another pytest session"
         )
-    config.stash[SETTINGS] = settings
-    if settings.run_id is not None:  # the session, its listing, its workers; not a rehearsal
+    config.stash[PROCESS_RUN] = run
+    if run.run_id is not None:  # the session, its listing, its workers; not a rehearsal
         hermetic.refuse_debuggers()

@@ -13,12 +13,12 @@ import pytest
 
 from prereg.evidence import envlock, hermetic
 from prereg.evidence.execution import PYTEST_PLUGIN_ENTRY_POINT
-from prereg.runtime.settings import (
+from prereg.runtime.process_run import (
     LIST_OPTION,
     LISTING_DROPS,
     RUN_ID_OPTION,
     STAGE_OPTION,
-    Settings,
+    ProcessRun,
 )
 
 # Loaded by name: the listing reads no conftest.py, so none can load it.
@@ -52,17 +52,17 @@ class Listing:
     or adds items differs from the listing and is refused. It writes no file but its list (a
     log file or debug trace pytest.ini names goes to the null device)."""
 
-    def __init__(self, root: Path, settings: Settings, config: pytest.Config) -> None:
+    def __init__(self, root: Path, run: ProcessRun, config: pytest.Config) -> None:
         handle, self.path = tempfile.mkstemp(prefix="prereg-items-", suffix=".json")
         os.close(handle)
         env = {k: v for k, v in os.environ.items() if k not in LISTING_DROPS}
         loaded, blocked = entry_point_plugins(config)
         command = hermetic.command(
-            checkout=settings.project,
+            checkout=run.project,
             folder=root,
             source=root,
             args=[
-                f"{STAGE_OPTION}={settings.stage}", f"{RUN_ID_OPTION}={settings.run_id}",
+                f"{STAGE_OPTION}={run.stage}", f"{RUN_ID_OPTION}={run.run_id}",
                 f"{LIST_OPTION}={self.path}", "-q", f"--rootdir={root}", "--noconftest",
                 *hermetic.null_arguments(hermetic.output_values(config)),
             ],

@@ -10,7 +10,7 @@ stage, runs none of its items (``--fixtures``, ``--collect-only``), runs them ot
 the stage's clean listing does (``--import-mode=importlib``, a disabled pytest plugin) or
 lets code typed at a debugger prompt run inside it (``--pdb``). :func:`refused_options` reads plain
 values (pytest's option namespace, the root folder, where the path arguments came from), so it
-imports no pytest; :func:`prereg.runtime.settings.resolve_research_run` calls it and raises
+imports no pytest; :func:`prereg.runtime.process_run.resolve_research_run` calls it and raises
 pytest's usage error with :func:`refusal_message`.
 
 Option names shown are command-line spellings (``-k``, ``--collect-only``), never pytest's
@@ -290,7 +290,7 @@ def refused_options(
     (``--co`` rather than ``--collect-only``). ``installed_plugins``: the entry-point names
     of the installed pytest plugins, the only ones ``-p NAME`` may load (None: not checked).
     ``registered``: every option pytest and its plugins registered, namespace field ->
-    (its spellings, its default) (:func:`prereg.runtime.settings.registered_options`); one
+    (its spellings, its default) (:func:`prereg.runtime.process_run.registered_options`); one
     set away from its default that is neither :data:`TAKEN`, :data:`JUDGED` nor in
     :data:`REFUSED` is refused as :data:`NOT_TAKEN` (None: not checked)."""
     found = []

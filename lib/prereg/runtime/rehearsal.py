@@ -38,7 +38,7 @@ from prereg.records import REHEARSAL_FORMAT, ledger, rehearsal_disclosure
 from prereg.records.runs import REHEARSAL_NOTE, RehearsalLayout, RunLayout, valid_run_id
 from prereg.runtime import option_policy, remote, signals
 from prereg.runtime.controller import Controller
-from prereg.runtime.settings import SETTINGS, Settings
+from prereg.runtime.process_run import PROCESS_RUN, ProcessRun
 
 FORMAT = REHEARSAL_FORMAT
 
@@ -46,8 +46,8 @@ FORMAT = REHEARSAL_FORMAT
 class Rehearsal(Controller):
     """The controller of a rehearsal: the run's item side and records, no gate, no spend."""
 
-    def __init__(self, config: pytest.Config, settings: Settings) -> None:
-        super().__init__(config, settings)
+    def __init__(self, config: pytest.Config, run: ProcessRun) -> None:
+        super().__init__(config, run)
         self.listing_only = bool(config.option.collectonly)
         self.summary_note: str | None = None  # a selection's summary that could not run
         # (HEAD, dirty paths, the working tree's id) rehearsed
@@ -70,42 +70,42 @@ class Rehearsal(Controller):
                 os.environ[name] = value
         tempfile.tempdir = None
         shutil.rmtree(self.world, ignore_errors=True)
-        if self.settings.rehearsal_scale is not None:  # the scaled plan it read
-            Path(self.settings.plan_path).unlink(missing_ok=True)
+        if self.run.rehearsal_scale is not None:  # the scaled plan it read
+            Path(self.run.plan_path).unlink(missing_ok=True)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
-        settings = self.settings
+        run = self.run
         remote_specs = [s for s in _tx_specs(self.config) if remote.is_remote(s)]
         if remote_specs:
             raise pytest.UsageError(
                 f"a rehearsal runs on this host only (--tx {remote.spec_text(remote_specs[0])} "
                 "is another host's worker): rehearse with -n N, then approve the run"
             )
-        self.plan = load_plan(self.code_root / settings.plan_path)
-        spec = self.plan.stage(settings.stage)
+        self.plan = load_plan(self.code_root / run.plan_path)
+        spec = self.plan.stage(run.stage)
 
         self.kind = load_kind(spec["kind"])
-        try:  # the kind's settings, as prereg approve checks them
-            self.kind.check(self.plan, settings.stage)
+        try:  # the kind's run, as prereg approve checks them
+            self.kind.check(self.plan, run.stage)
         except ValueError as err:
             raise pytest.UsageError(
-                f"rehearsal of stage {settings.stage}: the plan is refused ({REHEARSAL_NOTE}): {err}"
+                f"rehearsal of stage {run.stage}: the plan is refused ({REHEARSAL_NOTE}): {err}"
             ) from None
         if self.kind.check_inputs is not None:  # as prereg approve checks them
-            bound = {name: Path(entry["path"]) for name, entry in settings.inputs.items()}
+            bound = {name: Path(entry["path"]) for name, entry in run.inputs.items()}
             try:
-                self.kind.check_inputs(self.plan, settings.stage, bound)
+                self.kind.check_inputs(self.plan, run.stage, bound)
             except Exception as err:  # noqa: BLE001 -- every refusal of the kind is shown
                 problems = err.problems if isinstance(err, InputsRefused) else (str(err),)
                 raise pytest.UsageError(
-                    f"rehearsal of stage {settings.stage}: the inputs are refused "
+                    f"rehearsal of stage {run.stage}: the inputs are refused "
                     f"({REHEARSAL_NOTE}):\n  " + "\n  ".join(problems)
                 ) from None
         deadline = time.time() + spec["budget_seconds"] if spec["budget_enforced"] else None
-        self.settings = Settings(**{**asdict(settings), "deadline": deadline})
-        self.config.stash[SETTINGS] = self.settings
+        self.run = ProcessRun(**{**asdict(run), "deadline": deadline})
+        self.config.stash[PROCESS_RUN] = self.run
         self.approval = None
 
     @pytest.hookimpl(optionalhook=True)
@@ -120,7 +120,7 @@ class Rehearsal(Controller):
     def refuse(self, refusals) -> None:
         if refusals:  # a worker that could not describe itself: nothing to record, nothing spent
             raise pytest.UsageError(
-                f"rehearsal of stage {self.settings.stage} stopped ({REHEARSAL_NOTE}):\n  "
+                f"rehearsal of stage {self.run.stage} stopped ({REHEARSAL_NOTE}):\n  "
                 + "\n  ".join(str(r) for r in refusals)
             )
 
@@ -179,28 +179,28 @@ class Rehearsal(Controller):
         kind's summary reads its inputs and required runs as in a run. It is no approval
         (those live in plans/approvals/ and are committed) and says so
         (:data:`prereg.records.REHEARSAL_BINDINGS_SCHEMA`)."""
-        settings = self.settings
+        run = self.run
         requires = {  # a rehearsal read in place of a run: the SHA-256 of its rehearsal.json
             stage: {"run_id": name, "manifest_sha256": sha256_file(self._record_of(name))}
-            for stage, name in (settings.required_runs or {}).items()
+            for stage, name in (run.required_runs or {}).items()
         }
         bindings = {
             "rehearsal": REHEARSAL_NOTE,
-            "stage": settings.stage,
+            "stage": run.stage,
             "plan": self._plan_rehearsed(),
-            "scale": (settings.rehearsal_scale or {}).get("parameters"),
-            "seed_namespace": settings.seed_namespace,
-            "inputs": settings.inputs,
+            "scale": (run.rehearsal_scale or {}).get("parameters"),
+            "seed_namespace": run.seed_namespace,
+            "inputs": run.inputs,
             "requires": requires,
         }
         manifest.write_atomic(self.layout.approval_copy, canonical_json(bindings).encode())
 
     def _plan_rehearsed(self) -> dict:
         """The plan's path and SHA-256 (the plan itself, not the scaled copy read)."""
-        scale = self.settings.rehearsal_scale
+        scale = self.run.rehearsal_scale
         if scale is not None:
             return dict(scale["plan"])
-        return {"path": self.settings.plan_path, "sha256": self.settings.plan_sha256}
+        return {"path": self.run.plan_path, "sha256": self.run.plan_sha256}
 
     def _record_of(self, name: str) -> Path:
         """The record of a consumed run (its manifest) or rehearsal (its rehearsal.json)."""
@@ -216,17 +216,17 @@ class Rehearsal(Controller):
         record = {
             "format": FORMAT,
             "rehearsal": REHEARSAL_NOTE,
-            "stage": self.settings.stage,
-            "name": self.settings.rehearsal,
+            "stage": self.run.stage,
+            "name": self.run.rehearsal,
             "status": status,
             "reasons": reasons or [],
             "head_commit": head,
             "uncommitted_paths": dirty,
             "tree": tree,
             "plan": self._plan_rehearsed(),
-            "scale": self.settings.rehearsal_scale,
-            "inputs": self.settings.inputs,
-            "required_runs": self.settings.required_runs,
+            "scale": self.run.rehearsal_scale,
+            "inputs": self.run.inputs,
+            "required_runs": self.run.required_runs,
             "arguments": list(self.config.invocation_params.args),
             "workers": self.workers,
             "started_at": self.started_at,
@@ -241,7 +241,7 @@ class Rehearsal(Controller):
         manifest.write_atomic(self.layout.record, canonical_json(record).encode())
         disclosure = canonical_json(rehearsal_disclosure(record)).encode()
         try:
-            ledger.disclose_rehearsal(self.root, self.settings.stage, record["name"], disclosure)
+            ledger.disclose_rehearsal(self.root, self.run.stage, record["name"], disclosure)
         except (gitrepo.GitError, OSError) as err:
             note = f"git could not record this rehearsal, so no approval will list it: {err}"
             if note not in self.finish_notes:
@@ -251,8 +251,8 @@ class Rehearsal(Controller):
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         where = self.layout.folder.relative_to(self.root)
-        lines = [f"prereg: {REHEARSAL_NOTE}; stage {self.settings.stage}, into {where}/"]
-        scale = self.settings.rehearsal_scale
+        lines = [f"prereg: {REHEARSAL_NOTE}; stage {self.run.stage}, into {where}/"]
+        scale = self.run.rehearsal_scale
         if scale is not None:
             lines.append(
                 f"prereg: at the plan's rehearsal scale {scale['parameters']} (the run takes the "
@@ -261,7 +261,7 @@ class Rehearsal(Controller):
         lines += [
             f"prereg: stage {stage} is read from its rehearsal {name}, in place of a run (a "
             "run reads only a run)"
-            for stage, name in sorted((self.settings.required_runs or {}).items())
+            for stage, name in sorted((self.run.required_runs or {}).items())
             if not valid_run_id(name)
         ]
         return lines
@@ -285,7 +285,7 @@ class Rehearsal(Controller):
         if partial_selection(self.config) is None:
             terminalreporter.write_line(
                 f"it passed: commit, then approve and run it: prereg approve --stage "
-                f"{self.settings.stage}"
+                f"{self.run.stage}"
             )
         else:
             terminalreporter.write_line("the selection passed: rehearse the whole stage next")

@@ -11,7 +11,7 @@ from prereg.runtime import eta
 
 
 class TerminalOutput:
-    """The controller's terminal hooks. The controller provides ``config``, ``settings``,
+    """The controller's terminal hooks. The controller provides ``config``, ``run``,
     ``layout``, ``root``, ``run_dir``, ``entries``, ``expected``, ``started`` and, once the
     manifest is written, ``status`` and ``finish_notes``; ``interrupted`` once a Ctrl-C or
     signal came."""
@@ -19,7 +19,7 @@ class TerminalOutput:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         log = self.layout.progress_log.relative_to(self.root)
         return [
-            f"prereg: run {self.settings.run_id} of stage {self.settings.stage}; follow it with tail -f {log}"
+            f"prereg: run {self.run.run_id} of stage {self.run.stage}; follow it with tail -f {log}"
         ]
 
     def _announce_finished(self, entry: dict) -> None:
@@ -52,13 +52,13 @@ class TerminalOutput:
         if reporter is not None:
             reporter.write_sep(
                 "=",
-                f"prereg: run {self.settings.run_id} interrupted before its run id was spent: "
+                f"prereg: run {self.run.run_id} interrupted before its run id was spent: "
                 "nothing spent; run it again with the same approval",
             )
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.started:
-            terminalreporter.write_sep("=", f"prereg: run {self.settings.run_id} {self.status}")
+            terminalreporter.write_sep("=", f"prereg: run {self.run.run_id} {self.status}")
             for note in self.finish_notes:
                 terminalreporter.write_line(f"WARNING: {note}", red=True, bold=True)
             written = self.layout.manifest.is_file()

@@ -1,5 +1,5 @@
 """The xdist bridge: the controller's side of its workers. Each gateway is described and
-a remote one proves its state against the approval; each worker gets the run's settings;
+a remote one proves its state against the approval; each worker gets the run it belongs to;
 a worker's node ids are checked before the run id is spent; a remote worker's outputs come
 back with its reports; a worker's end data is gathered; reports xdist queued before an
 interruption are handed on."""
@@ -16,7 +16,7 @@ from prereg.base.hashing import file_entries, sha256_file
 from prereg.decisions import gate, manifest
 from prereg.records.runs import contained, item_dir_name
 from prereg.runtime import remote
-from prereg.runtime.settings import PROPERTY, PROVED_CHECKOUT, PROVED_SNAPSHOT, WORKER_GATE
+from prereg.runtime.process_run import PROPERTY, PROVED_CHECKOUT, PROVED_SNAPSHOT, WORKER_GATE
 
 
 def distributed(config: pytest.Config) -> bool:
@@ -25,7 +25,7 @@ def distributed(config: pytest.Config) -> bool:
 
 
 class XdistBridge:
-    """The controller's xdist hooks. The controller provides ``config``, ``settings``,
+    """The controller's xdist hooks. The controller provides ``config``, ``run``,
     ``plan``, ``approval``, ``root``, ``layout``, ``snapshot``, ``session``, ``started``,
     ``gateways``, ``workers``, ``collections``, ``worker_data``, ``entries``,
     ``_verify_and_spend``, ``refuse`` and ``_interruption``."""
@@ -53,18 +53,18 @@ class XdistBridge:
         self.gateways[gateway.id] = entry
         try:
             if remote.is_remote(spec):
-                kind = self.plan.stage(self.settings.stage)["kind"]
+                kind = self.plan.stage(self.run.stage)["kind"]
                 state = remote.run_on_gateway(
                     gateway,
                     remote.PROVE_SOURCE,
                     {
                         "approval_rel": self.approval.path.relative_to(self.root).as_posix(),
                         "approval_sha256": sha256_file(self.approval.path),
-                        "stage": self.settings.stage,
+                        "stage": self.run.stage,
                         "package": remote.package_files(),
                         "kind": {"name": kind, **remote.kind_file(kind)},
                         "variables": {n: os.environ.get(n) for n in remote.LOADING_VARIABLES},
-                        "threads": self.settings.threads,
+                        "threads": self.run.threads,
                         **(
                             {"commit": self.snapshot.commit, "tree": self.snapshot.tree}
                             if self.snapshot is not None
@@ -95,7 +95,7 @@ class XdistBridge:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
         ship = remote.is_remote(node.gateway.spec)
-        node.workerinput[PROPERTY] = asdict(self.settings) | {"ship_outputs": ship}
+        node.workerinput[PROPERTY] = asdict(self.run) | {"ship_outputs": ship}
         if ship:
             proved = self.gateways[node.gateway.id]
             node.workerinput[PROVED_CHECKOUT] = proved.get("checkout")

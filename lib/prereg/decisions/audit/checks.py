@@ -18,17 +18,17 @@ from prereg.decisions.audit.evidence import (
     _ABSENT,
     JUNIT_OUTCOMES,
     Evidence,
-    _dig,
+    _abbreviated,
+    _as_text,
     _execution_record,
-    _fits,
+    _fits_schema,
     _hashes_now,
     _inside,
     _junit_key,
     _listed_files,
-    _plain,
     _required_runs,
-    _short,
     _single_attempt_stage,
+    _value_at,
 )
 from prereg.evidence import envlock, execution
 from prereg.kinds.registry import STAGE_KINDS, group_problem
@@ -139,7 +139,7 @@ def _extension_form(value: Any) -> tuple[bool, list[str]]:
     """Whether ``environment.extensions`` fits its schema, and the findings of its form."""
     found: list[str] = []
     where = "environment.extensions"
-    if not _fits(value, MapOf(MapOf(EXTENSION_ORIGIN)), MANIFEST, where, found):
+    if not _fits_schema(value, MapOf(MapOf(EXTENSION_ORIGIN)), MANIFEST, where, found):
         return False, found
     for group in sorted(value):
         problem = group_problem(group)
@@ -203,7 +203,7 @@ def check_environment_lock(ev: Evidence) -> list[str]:
     if not isinstance(env, dict) or "environment_lock" not in env:
         return [f"{MANIFEST}: the approval binds an environment lock, but {where} is missing"]
     found: list[str] = []
-    if not _fits(env["environment_lock"], LOCK_SCHEMA, MANIFEST, where, found):
+    if not _fits_schema(env["environment_lock"], LOCK_SCHEMA, MANIFEST, where, found):
         return found
     for problem in envlock.lock_problems(bound, env["environment_lock"], when="in the run"):
         found.append(f"{MANIFEST}: {where}: {problem}")
@@ -258,8 +258,8 @@ def check_execution(ev: Evidence) -> list[str]:
         if snapshot.get("tree_at_end") != snapshot.get("tree"):
             found.append(
                 f"{MANIFEST}: environment.snapshot.tree_at_end: the snapshot the run executed "
-                f"changed during the run (tree {_short(snapshot.get('tree'))} at the start, "
-                f"{_short(snapshot.get('tree_at_end'))} at the end): what ran is unknown"
+                f"changed during the run (tree {_abbreviated(snapshot.get('tree'))} at the start, "
+                f"{_abbreviated(snapshot.get('tree_at_end'))} at the end): what ran is unknown"
             )
     record = _execution_record(ev)
     if record is not None and ev.committed_sha256 is not None:
@@ -303,7 +303,7 @@ def check_workers(ev: Evidence) -> list[str]:
         where = f"{MANIFEST}: environment.workers[{index}]"
         if not isinstance(worker, dict):
             found.append(
-                f"{where} is {_short(worker)}, not a worker record (an object with id and spec): "
+                f"{where} is {_abbreviated(worker)}, not a worker record (an object with id and spec): "
                 "nothing shows where that worker's code came from"
             )
             continue
@@ -321,12 +321,12 @@ def check_workers(ev: Evidence) -> list[str]:
         commit, tree = snapshot.get("commit"), snapshot.get("tree")
         if commit != source:
             found.append(
-                f"{label}: ran from a snapshot of commit {_plain(commit)}, not the approved "
+                f"{label}: ran from a snapshot of commit {_as_text(commit)}, not the approved "
                 f"commit {source}; its results do not come from the approved code"
             )
         if tree != ev.source_tree:
             found.append(
-                f"{label}: ran from tree {_plain(tree)}, not the approved commit's tree "
+                f"{label}: ran from tree {_as_text(tree)}, not the approved commit's tree "
                 f"{ev.source_tree}; its results do not come from the approved code"
             )
     return found
@@ -356,23 +356,23 @@ def check_against_approval(ev: Evidence) -> list[str]:
         return []
     found = []
     for mine, theirs in FROM_APPROVAL.items():
-        value, approved = _dig(m, mine), _dig(a, theirs)
+        value, approved = _value_at(m, mine), _value_at(a, theirs)
         if value is _ABSENT or approved is _ABSENT:
             continue
         if value != approved:
             found.append(
-                f"{MANIFEST}: field {mine} is {_short(value)}, but {APPROVAL_COPY} field "
-                f"{'.'.join(theirs)} is {_short(approved)}"
+                f"{MANIFEST}: field {mine} is {_abbreviated(value)}, but {APPROVAL_COPY} field "
+                f"{'.'.join(theirs)} is {_abbreviated(approved)}"
             )
     digest = ev.approval_copy_sha256
-    recorded = _dig(m, "approval.sha256")
+    recorded = _value_at(m, "approval.sha256")
     if recorded is not _ABSENT and recorded != digest:
         found.append(
             f"{MANIFEST}: field approval.sha256 is {recorded}, but {APPROVAL_COPY} hashes {digest}"
         )
     if isinstance(a.get("run_id"), str):
         expected = approval_record(a["run_id"])
-        path = _dig(m, "approval.path")
+        path = _value_at(m, "approval.path")
         if path is not _ABSENT and path != expected:
             found.append(f"{MANIFEST}: field approval.path is {path!r}, not {expected!r}")
     return found
@@ -385,13 +385,13 @@ def check_against_start(ev: Evidence) -> list[str]:
     found = []
     if ev.manifest is not None:
         for theirs, mine in FROM_START.items():
-            value, started = _dig(ev.manifest, mine), s.get(theirs, _ABSENT)
+            value, started = _value_at(ev.manifest, mine), s.get(theirs, _ABSENT)
             if value is _ABSENT or started is _ABSENT:
                 continue
             if value != started:
                 found.append(
-                    f"{MANIFEST}: field {mine} is {_short(value)}, but {START_RECORD} field "
-                    f"{theirs} is {_short(started)}"
+                    f"{MANIFEST}: field {mine} is {_abbreviated(value)}, but {START_RECORD} field "
+                    f"{theirs} is {_abbreviated(started)}"
                 )
     if (
         ev.approval_copy_sha256 is not None
@@ -422,7 +422,7 @@ def check_status(ev: Evidence) -> list[str]:
         ):
             found.append(
                 f"{MANIFEST}: item {item.get('nodeid')} has outcome passed but phases "
-                f"{_short(phases)}"
+                f"{_abbreviated(phases)}"
             )
     if status == COMPLETE:
         if reasons:
@@ -504,9 +504,9 @@ def check_item_log(ev: Evidence) -> list[str]:
             if logged != recorded:
                 found.append(
                     f"{where} ({nodeid}): field {key} is "
-                    f"{'absent' if logged is _ABSENT else _short(logged)}, but {MANIFEST} "
+                    f"{'absent' if logged is _ABSENT else _abbreviated(logged)}, but {MANIFEST} "
                     f"field items[{index}].{key} is "
-                    f"{'absent' if recorded is _ABSENT else _short(recorded)}"
+                    f"{'absent' if recorded is _ABSENT else _abbreviated(recorded)}"
                 )
     for nodeid, (index, item) in sorted(by_id.items()):
         if nodeid not in seen and set(item.get("phases", {})) & set(FINISHING_PHASES):
@@ -579,7 +579,7 @@ def check_committed(ev: Evidence) -> list[str]:
             found.append(f"{rel} at {source[:12]} differs from the run's {APPROVAL_COPY}")
     if a is not None:
         for what in ("plan", "baseline"):
-            path, digest = _dig(a, f"{what}.path"), _dig(a, f"{what}.sha256")
+            path, digest = _value_at(a, f"{what}.path"), _value_at(a, f"{what}.sha256")
             read = ev.committed_bound.get(what)
             if not isinstance(path, str) or not isinstance(digest, str) or read is None:
                 continue

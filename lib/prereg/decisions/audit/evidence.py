@@ -61,17 +61,19 @@ _ABSENT = object()
 # -- small helpers -----------------------------------------------------------------------------
 
 
-def _short(value: Any, limit: int = 160) -> str:
+def _abbreviated(value: Any, limit: int = 160) -> str:
+    """``value`` as JSON, cut to ``limit`` characters for a finding."""
     text = json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _plain(value: Any) -> str:
-    """A string as it is, any other value as :func:`_short` shows it."""
-    return value if isinstance(value, str) and len(value) <= 160 else _short(value)
+def _as_text(value: Any) -> str:
+    """A string as it is, any other value as :func:`_abbreviated` shows it."""
+    return value if isinstance(value, str) and len(value) <= 160 else _abbreviated(value)
 
 
-def _dig(data: Any, path: tuple[str, ...] | str) -> Any:
+def _value_at(data: Any, path: tuple[str, ...] | str) -> Any:
+    """The value at a dotted path of nested objects, or ``_ABSENT`` when a step is missing."""
     parts = path.split(".") if isinstance(path, str) else path
     for part in parts:
         if not isinstance(data, dict) or part not in data:
@@ -80,7 +82,8 @@ def _dig(data: Any, path: tuple[str, ...] | str) -> Any:
     return data
 
 
-def _fits(value: Any, schema: Any, source: str, path: str, findings: list[str]) -> bool:
+def _fits_schema(value: Any, schema: Any, source: str, path: str, findings: list[str]) -> bool:
+    """Whether ``value`` fits ``schema``; a finding when it does not."""
     try:
         validate(value, schema, source=source, path=path)
     except SchemaError as err:
@@ -101,7 +104,7 @@ def _fields(
             if key not in doc:
                 if needed:
                     findings.append(f"{source}: missing field {path}")
-            elif _fits(doc[key], schema, source, path, findings):
+            elif _fits_schema(doc[key], schema, source, path, findings):
                 good[key] = doc[key]
     return good
 
@@ -255,7 +258,9 @@ def _load_records(ev: Evidence) -> dict:
     if start is not None:
         start = _fields(start, START_FIELDS, {}, START_RECORD, found)
     approval = _load(files.approval_copy, "approval copy", found)
-    if approval is not None and not _fits(approval, APPROVAL_SCHEMA, APPROVAL_COPY, "", found):
+    if approval is not None and not _fits_schema(
+        approval, APPROVAL_SCHEMA, APPROVAL_COPY, "", found
+    ):
         approval = None
     return {
         "load_findings": tuple(found),
@@ -385,7 +390,7 @@ def _read_commit(ev: Evidence) -> dict:
                 got["committed_approval"] = Read(problem=str(err))
         if a is not None:
             for what in ("plan", "baseline"):
-                path = _dig(a, f"{what}.path")
+                path = _value_at(a, f"{what}.path")
                 if not isinstance(path, str):
                     continue
                 try:
@@ -415,9 +420,9 @@ def _read_source_tree(ev: Evidence) -> dict:
 
 
 def _read_plan(ev: Evidence) -> dict:
-    path = _dig(ev.manifest or {}, "plan.path")
+    path = _value_at(ev.manifest or {}, "plan.path")
     if path is _ABSENT:
-        path = _dig(ev.approval or {}, "plan.path")
+        path = _value_at(ev.approval or {}, "plan.path")
     if not ev.source_checked or not isinstance(path, str):
         return {}
     try:

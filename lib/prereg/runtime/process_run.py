@@ -1,7 +1,7 @@
-"""The run a process belongs to: the options, :class:`Settings`, the stash keys, and the
+"""The run a process belongs to: the options, :class:`ProcessRun`, the stash keys, and the
 helpers experiments call (:func:`project_root`, :func:`stage_plan`, :func:`stage_inputs`).
 
-Every other runtime module reads a process's settings from ``config.stash[SETTINGS]``.
+Every other runtime module reads the run its process belongs to from ``config.stash[PROCESS_RUN]``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ LISTING_DROPS = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
 
 
 @dataclass(frozen=True)
-class Settings:
+class ProcessRun:
     """The run a process belongs to; sent to xdist workers as plain data."""
 
     root: str  # where the code runs from: a hermetic session's snapshot, else the checkout
@@ -89,7 +89,7 @@ class Settings:
         return RunLayout(self.project, self.run_id)
 
 
-SETTINGS = pytest.StashKey[Settings]()
+PROCESS_RUN = pytest.StashKey[ProcessRun]()
 ITEM_RECORD = pytest.StashKey[dict]()
 PEAK = pytest.StashKey[provenance.PeakScope]()
 SHIPPED = pytest.StashKey[Path]()  # a remote worker's private output folder of an item
@@ -207,15 +207,15 @@ def known_plan(root: Path, config: pytest.Config, stage: str) -> str:
 def project_root(config: pytest.Config) -> Path:
     """The checkout of this run (its ``runs/``, caches and git), wherever the code runs from:
     a research run's code runs from a snapshot, whose folder is ``config.rootpath``."""
-    return config.stash[SETTINGS].project
+    return config.stash[PROCESS_RUN].project
 
 
 def stage_plan(config: pytest.Config) -> Plan:
     """The approved plan of this research run (for ``pytest_generate_tests`` in experiments)."""
-    settings = config.stash[SETTINGS]
-    if not settings.research:
+    run = config.stash[PROCESS_RUN]
+    if not run.research:
         raise RuntimeError(f"stage_plan() {ONLY_IN_A_RUN}")
-    return load_plan(Path(settings.root) / settings.plan_path)
+    return load_plan(Path(run.root) / run.plan_path)
 
 
 def parametrize_items(
@@ -235,41 +235,41 @@ def parametrize_items(
 def stage_inputs(config: pytest.Config) -> dict[str, Path]:
     """The inputs this research run's approval binds, by name (``prereg approve --input``),
     each re-hashed against the approval now: an input edited after the gate is refused."""
-    settings = config.stash[SETTINGS]
-    if not settings.research:
+    run = config.stash[PROCESS_RUN]
+    if not run.research:
         raise RuntimeError(f"stage_inputs() {ONLY_IN_A_RUN}")
-    return verified_inputs(settings)
+    return verified_inputs(run)
 
 
 class InputChanged(RuntimeError):
     """A bound input no longer matches the approval (edited after the gate passed)."""
 
 
-def verified_inputs(settings: Settings) -> dict[str, Path]:
-    bound = settings.inputs or {}
+def verified_inputs(run: ProcessRun) -> dict[str, Path]:
+    bound = run.inputs or {}
     problems = bindings.input_problems(bound)
     if problems:
         raise InputChanged(
-            "; ".join(problems) + f"; the run {settings.run_id} cannot use it: restore the "
+            "; ".join(problems) + f"; the run {run.run_id} cannot use it: restore the "
             "approved input (the run ends incomplete), or approve the new input under a new run id"
         )
     return {name: Path(entry["path"]) for name, entry in bound.items()}
 
 
-def worker_settings(config: pytest.Config) -> Settings:
-    """An xdist worker's settings: the controller's, in the worker's own checkout (a remote
+def worker_process_run(config: pytest.Config) -> ProcessRun:
+    """An xdist worker's run: the controller's, in the worker's own checkout (a remote
     worker's differs from the controller's)."""
     root = Path(config.rootpath)
     data = config.workerinput.get(PROPERTY)
-    settings = Settings(**{**data, "root": str(root)}) if data else Settings(root=str(root))
-    if settings.ship_outputs:  # a remote worker: its own checkout, and its snapshot if any
+    run = ProcessRun(**{**data, "root": str(root)}) if data else ProcessRun(root=str(root))
+    if run.ship_outputs:  # a remote worker: its own checkout, and its snapshot if any
         ran_from = config.workerinput.get(PROVED_SNAPSHOT)
         own = config.workerinput.get(PROVED_CHECKOUT) if ran_from else None
-        settings = Settings(**{**asdict(settings), "checkout": own})
-    if settings.research:
-        provenance.set_thread_environment(settings.threads)  # remote workers inherit none
+        run = ProcessRun(**{**asdict(run), "checkout": own})
+    if run.research:
+        provenance.set_thread_environment(run.threads)  # remote workers inherit none
         confine_project_kinds(root)
-    return settings
+    return run
 
 
 def registered_options(parser) -> dict[str, tuple[tuple[str, ...], Any]]:
@@ -283,7 +283,7 @@ def registered_options(parser) -> dict[str, tuple[tuple[str, ...], Any]]:
     return found
 
 
-def resolve_research_run(config: pytest.Config, root: Path, listing: bool = False) -> Settings:
+def resolve_research_run(config: pytest.Config, root: Path, listing: bool = False) -> ProcessRun:
     """The run asked for: ``root`` holds the code (a session's snapshot), the approval and
     the run folder belong to the checkout (``--prereg-checkout``, else ``root``)."""
     checkout = Path(config.option.prereg_checkout or root)
@@ -327,7 +327,7 @@ def resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fals
     provenance.set_thread_environment(threads)  # inherited by xdist workers started later
     if not listing:
         config.option.xmlpath = str(RunLayout(checkout, record.run_id).junit)
-    return Settings(
+    return ProcessRun(
         root=str(root),
         checkout=str(checkout) if checkout != root else None,
         stage=stage,
@@ -370,7 +370,7 @@ def _refuse_outputs_over_records(config: pytest.Config, values: dict, stage: str
         )
 
 
-def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
+def resolve_rehearsal(config: pytest.Config, root: Path) -> ProcessRun:
     """A rehearsal of the stage asked for: the plan pytest.ini names for it, read from the
     working tree; the inputs and required runs bound as ``prereg approve`` would bind them;
     a new folder name under ``runs/rehearsals/``. No approval is read, nothing is spent."""
@@ -454,7 +454,7 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> Settings:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             file.write(canonical_json(scaled))
         plan_path, plan_sha256 = scaled_path, sha256_file(Path(scaled_path))
-    return Settings(
+    return ProcessRun(
         root=str(root),
         stage=stage,
         plan_path=plan_path,
