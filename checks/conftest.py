@@ -242,9 +242,9 @@ UNIT_SECONDS = Path(__file__).with_name("check_seconds.json")
 UNRECORDED_SECONDS = 0.5
 # Folders whose checks share a session-scoped fixture: folder -> the unit of work holding it.
 SHARED_FOLDERS = {
-    "checks/report": "checks/report+checks/pipeline",  # tiny_pipeline, toy_runs
-    "checks/pipeline": "checks/report+checks/pipeline",
-    "checks/e04_stage": "checks/e04_stage",  # e04_runs
+    "checks/report": "checks/report+checks/rp002a/pipeline",  # tiny_pipeline, toy_runs
+    "checks/rp002a/pipeline": "checks/report+checks/rp002a/pipeline",
+    "checks/e04/stage": "checks/e04/stage",  # e04_runs
     "checks/wheel": "checks/wheel",  # head_wheel
 }
 

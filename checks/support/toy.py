@@ -1,11 +1,14 @@
 """A toy stage in a scratch project: the plan, the experiment module and the project the
-harness checks drive (:class:`ToyRepo`, :func:`make_toy_repo`)."""
+checks drive (:class:`ToyRepo`, :func:`make_toy_repo`)."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
+from prereg.records import ledger
 from prereg.records.runs import refusals_dir
 from prereg.testing import ScratchProject
 
@@ -146,3 +149,42 @@ def left_behind(folder: Path) -> list[str]:
     """What runs left in their temporary ``folder``, without pytest's own base folder of
     ``tmp_path``s (pytest keeps it by design; xdist makes one for its workers)."""
     return sorted(p.name for p in folder.iterdir() if not p.name.startswith("pytest-of-"))
+
+
+# -- runs the audit checks tamper with ---------------------------------------------------------
+
+
+def recorded_in_git(toy: ToyRepo, run_id: str) -> None:
+    """The controller recorded start.json and manifest.json in git, byte for byte."""
+    run = toy.run_dir(run_id)
+    for name, ref in (
+        ("start.json", ledger.start_ref(run_id)),
+        ("manifest.json", ledger.manifest_ref(run_id)),
+    ):
+        assert ledger.read(toy.root, ref) == (run / name).read_bytes(), ref
+
+
+def honest_repo(root: Path, spec: dict, *runs: tuple[str, tuple[str, ...]]) -> ToyRepo:
+    """A toy repository with ``spec`` as stage ``toy`` and each run of ``runs`` (its id and
+    pytest arguments) approved and run, its records in git."""
+    toy = make_toy_repo(root, {"toy": spec})
+    for run_id, args in runs:
+        toy.approve("toy", run_id)
+        toy.pytest("--research-stage=toy", f"--run-id={run_id}", *args)
+        assert (toy.run_dir(run_id) / "manifest.json").is_file()
+        recorded_in_git(toy, run_id)
+    return toy
+
+
+def clone(toy: ToyRepo, tmp_path: Path) -> ToyRepo:
+    """A private copy of a repository with its runs (and its git records)."""
+    target = tmp_path / "copy"
+    shutil.copytree(toy.root, target, symlinks=True, ignore=shutil.ignore_patterns("audits"))
+    return ToyRepo(target)
+
+
+def assert_finding(done: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("  - ")]
+    for fragment in fragments:
+        assert any(fragment in line for line in lines), (fragment, done.stdout)

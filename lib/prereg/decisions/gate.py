@@ -98,7 +98,7 @@ class Audited:
 
 def audited(refusal: str, *checks: str, why_not: str = "") -> Callable[[Condition], Condition]:
     """Mark a condition with its :class:`Audited` (``condition.audited``); docs/reference/
-    gate.md's table names the same checks, and checks/harness/test_gate.py holds all three
+    gate.md's table names the same checks, and checks/gate/test_gate.py holds all three
     together."""
 
     def mark(condition: Condition) -> Condition:

@@ -4,7 +4,7 @@ Scores are those of ``bm25s.BM25`` (0.3.16) to the byte, for each of its variant
 (document, token) weight is computed from the same numbers, in the same dtypes and in the
 same order of operations as ``bm25s.BM25.index``, and a query sums the weights of its
 tokens in float32, in query order, as ``bm25s.BM25.get_scores`` does (the checks in
-``checks/e04_retrieval`` compare bytes with bm25s itself). What bm25s recounts for every
+``checks/e04/retrieval`` compare bytes with bm25s itself). What bm25s recounts for every
 corpus is counted once per document here (:func:`document_terms`): a perturbed corpus
 shares all but a few documents with its base corpus, so indexing it costs a concatenation
 and a few vectorised passes over its postings. Ranking, filtering and tie-breaking are

@@ -82,7 +82,7 @@ SHARED = {
     "training": TRAINING,  # then TrainConfig.from_mapping (the code's own checks)
     "training_notes": MapOf(str),
     "diagnostics": {"confidence_bins": PositiveInt},
-    # read by checks/pipeline/test_rp002a_plan.py, which recomputes them exactly
+    # read by checks/rp002a/pipeline/test_rp002a_plan.py, which recomputes them exactly
     "ideal_figures": MapOf(ANY),
 }
 

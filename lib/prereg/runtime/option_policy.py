@@ -15,7 +15,7 @@ pytest's usage error with :func:`refusal_message`.
 
 Option names shown are command-line spellings (``-k``, ``--collect-only``), never pytest's
 internal names (``keyword``, ``collectonly``): :data:`REFUSED` maps each of those to its
-spellings, and ``checks/harness/test_options.py`` proves every entry against the installed
+spellings, and ``checks/gate/test_options.py`` proves every entry against the installed
 pytest's own parser.
 """
 

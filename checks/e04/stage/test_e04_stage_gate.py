@@ -13,7 +13,7 @@ from support.e04_project import check_plan
 
 pytestmark = pytest.mark.software
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 
 
 def _plan(data: dict) -> Plan:

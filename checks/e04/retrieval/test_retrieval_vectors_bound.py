@@ -34,7 +34,7 @@ from prereg.kinds.stages import RunView
 from prereg.records import ledger
 from support.e04_project import CODE_REVISION, E04Project, check_plan, make_project
 
-pytestmark = pytest.mark.software
+pytestmark = [pytest.mark.software, pytest.mark.attack]
 
 HONEST, SECOND, THIRD = "e04-20260101-001", "e04-20260101-002", "e04-20260101-003"
 

@@ -20,7 +20,7 @@ from prereg.e04.backends import (
     check_identity,
 )
 
-PLAN = Path(__file__).resolve().parents[2] / "plans" / "E04_PLAN.json"
+PLAN = Path(__file__).resolve().parents[3] / "plans" / "E04_PLAN.json"
 
 
 @given(st.lists(st.text(max_size=40), min_size=1, max_size=5))

@@ -17,7 +17,7 @@ from prereg.e04.stage import gate_check
 from prereg.kinds.plans import Plan
 from support.e04_doubles import KEY, LLM_KEY, OTHER_KEY
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 
 
 def _shipped_plan() -> dict:

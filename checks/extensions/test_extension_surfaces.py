@@ -12,7 +12,7 @@ import pytest
 from prereg.evidence import execution
 from support.distributions import checkout_with_metadata
 
-pytestmark = pytest.mark.software
+pytestmark = [pytest.mark.software, pytest.mark.attack]
 
 
 def _checkout_with_metadata(root: Path, folder: str, entry_points: str) -> execution.Checkout:

@@ -14,7 +14,7 @@ import numpy as np
 from prereg.e04.backends import build_backend
 from prereg.e04.runvectors import RunTexts, RunVectors, reembed_findings
 
-PLAN = Path(__file__).resolve().parents[2] / "plans" / "E04_PLAN.json"
+PLAN = Path(__file__).resolve().parents[3] / "plans" / "E04_PLAN.json"
 TEXTS = [
     "func (r *Runner) Run() error {\n\treturn r.executor.Run(r.build)\n}",
     "restore the build cache before the job starts",

@@ -30,7 +30,7 @@ from prereg.base.schema import validate
 from prereg.evidence import envlock
 from prereg.kinds import registry
 
-pytestmark = pytest.mark.software
+pytestmark = [pytest.mark.software, pytest.mark.attack]
 
 KIND = "from prereg.kinds.stages import StageKind\nKIND = StageKind(name='toy.locked')\n"
 KIND_POINTS = "[prereg.stage_kinds]\ntoy.locked = toylocked_mod:KIND\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prereg.rp002a.laws import LawRegistry, law_registry
 
-PLAN = Path(__file__).resolve().parents[2] / "plans" / "STATISTICAL_PIPELINE_PLAN.json"
+PLAN = Path(__file__).resolve().parents[3] / "plans" / "STATISTICAL_PIPELINE_PLAN.json"
 REFERENCE_LAW_SPECS = json.loads(PLAN.read_text())["parameters"]["worlds"]
 
 

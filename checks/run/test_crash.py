@@ -30,7 +30,7 @@ from prereg.records import INCOMPLETE, ITEM_LOG, MANIFEST, ledger
 from prereg.testing import outer_environment, terminal_signals
 from support.toy import ToyRepo, make_toy_repo, stage_spec
 
-pytestmark = pytest.mark.software
+pytestmark = [pytest.mark.software, pytest.mark.attack]
 
 RUN = "toy-20261130-001"
 

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_integrity_audit import RUN, _honest, assert_finding, clone
 
 from prereg.base.hashing import (
     MAX_JSON_DEPTH,
@@ -33,9 +32,19 @@ from prereg.decisions.approval import write_refusal
 from prereg.decisions.manifest import build_manifest, hash_item_folders, irregular_reason
 from prereg.records.runs import RunIdError, RunLayout, check_run_id, require_run_id, valid_run_id
 from prereg.testing import outer_environment
-from support.toy import EXPERIMENT, ToyRepo, make_toy_repo, stage_spec
+from support.toy import (
+    EXPERIMENT,
+    ToyRepo,
+    assert_finding,
+    clone,
+    honest_repo,
+    make_toy_repo,
+    stage_spec,
+)
 
-pytestmark = pytest.mark.software
+pytestmark = [pytest.mark.software, pytest.mark.attack]
+
+RUN = "toy-20261130-001"
 
 # A guard against a hang (a FIFO read would block forever), not a timing assertion.
 HANG_GUARD_SECONDS = 300
@@ -47,7 +56,7 @@ DEEP = "[" * 100_000 + "]" * 100_000
 def plain(tmp_path_factory) -> ToyRepo:
     """One complete, clean serial run of the toy stage."""
     root = tmp_path_factory.mktemp("plain") / "toy"
-    return _honest(root, stage_spec("toy"), (RUN, ()))
+    return honest_repo(root, stage_spec("toy"), (RUN, ()))
 
 
 def bounded(toy: ToyRepo, *args: str) -> subprocess.CompletedProcess:

@@ -26,7 +26,7 @@ from prereg.records.runs import (
 )
 from support.toy import make_toy_repo, stage_spec
 
-pytestmark = pytest.mark.software
+pytestmark = [pytest.mark.software, pytest.mark.attack]
 
 RUN = "toy-20261130-001"
 NEXT = "toy-20261130-002"

@@ -10,7 +10,7 @@ from prereg.e04.stage import check_inputs
 from prereg.kinds.plans import Plan
 from support.e04_project import CODE_REVISION, check_plan
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 
 
 def _plan(data: dict) -> Plan:

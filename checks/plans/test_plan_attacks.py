@@ -24,7 +24,7 @@ from prereg.decisions.approval import load_approval
 from prereg.kinds.plans import load_plan, validate_stage
 from support.toy import PINS, make_toy_repo, stage_spec
 
-pytestmark = pytest.mark.software
+pytestmark = [pytest.mark.software, pytest.mark.attack]
 
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE = REPO / "plans" / "demo" / "STATISTICAL_PIPELINE_PLAN.json"

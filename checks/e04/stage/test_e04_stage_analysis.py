@@ -14,7 +14,7 @@ from prereg.e04.metrics import query_measures, token_budget_coverage, token_coun
 from prereg.e04.plan import settings_from_parameters
 from prereg.e04.types import GoFunction
 
-PLAN = Path(__file__).resolve().parents[2] / "plans" / "E04_PLAN.json"
+PLAN = Path(__file__).resolve().parents[3] / "plans" / "E04_PLAN.json"
 SETTINGS = settings_from_parameters(json.loads(PLAN.read_text())["stages"]["e04"]["parameters"])
 PATTERN = SETTINGS.token_pattern
 PATHS = [f"pkg/f{i}.go" for i in range(30)]

@@ -28,7 +28,7 @@ from prereg.kinds import stages
 from support.distributions import fake_distribution
 from support.toy import make_toy_repo
 
-pytestmark = pytest.mark.software
+pytestmark = [pytest.mark.software, pytest.mark.attack]
 
 RUN = "toy-20261130-001"
 USAGE_ERROR = 4

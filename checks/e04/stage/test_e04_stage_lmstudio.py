@@ -10,7 +10,7 @@ from pathlib import Path
 from support.checkout import CHECKS
 
 HERE = Path(__file__).resolve().parent
-PROJECT = HERE.parents[1]
+PROJECT = HERE.parents[2]
 
 CELL_WITH_LMSTUDIO = """
 import sys

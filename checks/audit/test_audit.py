@@ -21,40 +21,28 @@ from hypothesis import strategies as st
 from prereg.base.hashing import sha256_file, write_json
 from prereg.records import COMPLETE_FIELDS, MANIFEST_FIELDS, ledger
 from prereg.testing import ScratchProject, outer_environment
-from support.toy import ToyRepo, make_toy_repo, stage_spec
+from support.toy import (
+    ToyRepo,
+    assert_finding,
+    clone,
+    honest_repo,
+    make_toy_repo,
+    recorded_in_git,
+    stage_spec,
+)
 
-pytestmark = pytest.mark.software
+pytestmark = [pytest.mark.software, pytest.mark.attack]
 
 RUN = "toy-20261130-001"
 PARALLEL = "toy-20261130-002"
 FIRST = "experiments/test_toy.py::test_cell[cell0]"
 
 
-def _recorded(toy: ToyRepo, run_id: str) -> None:
-    """The controller recorded start.json and manifest.json in git, byte for byte."""
-    run = toy.run_dir(run_id)
-    for name, ref in (
-        ("start.json", ledger.start_ref(run_id)),
-        ("manifest.json", ledger.manifest_ref(run_id)),
-    ):
-        assert ledger.read(toy.root, ref) == (run / name).read_bytes(), ref
-
-
-def _honest(root: Path, spec: dict, *runs: tuple[str, tuple[str, ...]]) -> ToyRepo:
-    toy = make_toy_repo(root, {"toy": spec})
-    for run_id, args in runs:
-        toy.approve("toy", run_id)
-        toy.pytest("--research-stage=toy", f"--run-id={run_id}", *args)
-        assert (toy.run_dir(run_id) / "manifest.json").is_file()
-        _recorded(toy, run_id)
-    return toy
-
-
 @pytest.fixture(scope="module")
 def honest(tmp_path_factory) -> ToyRepo:
     """A complete serial run and a complete ``-n 2`` run of the toy stage."""
     root = tmp_path_factory.mktemp("honest") / "toy"
-    return _honest(root, stage_spec("toy"), (RUN, ()), (PARALLEL, ("-n", "2")))
+    return honest_repo(root, stage_spec("toy"), (RUN, ()), (PARALLEL, ("-n", "2")))
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +50,7 @@ def failed(tmp_path_factory) -> ToyRepo:
     """An incomplete run: one cell raises."""
     root = tmp_path_factory.mktemp("failed") / "toy"
     spec = stage_spec("toy", parameters={"cells": 4, "misbehave": {"cell": 1, "how": "raise"}})
-    return _honest(root, spec, (RUN, ()))
-
-
-def clone(toy: ToyRepo, tmp_path: Path) -> ToyRepo:
-    """A private copy of a repository with its runs (and its git records)."""
-    target = tmp_path / "copy"
-    shutil.copytree(toy.root, target, symlinks=True, ignore=shutil.ignore_patterns("audits"))
-    return ToyRepo(target)
+    return honest_repo(root, spec, (RUN, ()))
 
 
 def read(run: Path, name: str = "manifest.json") -> dict:
@@ -93,13 +74,6 @@ def audit(toy: ToyRepo, run_id: str = RUN, *extra: str) -> subprocess.CompletedP
     done = toy.audit(run_id, *extra)
     assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
     return done
-
-
-def assert_finding(done: subprocess.CompletedProcess, *fragments: str) -> None:
-    assert done.returncode == 1, done.stdout + done.stderr
-    lines = [line for line in done.stdout.splitlines() if line.startswith("  - ")]
-    for fragment in fragments:
-        assert any(fragment in line for line in lines), (fragment, done.stdout)
 
 
 # -- honest runs --------------------------------------------------------------------------------
@@ -559,7 +533,7 @@ def test_a_forged_plain_run_with_rehashed_outputs_is_refused_as_a_dependency(tmp
     toy = make_toy_repo(tmp_path / "toy", stages)
     toy.approve("toy", RUN)
     assert toy.pytest("--research-stage=toy").returncode == 0
-    _recorded(toy, RUN)
+    recorded_in_git(toy, RUN)
     run = toy.run_dir(RUN)
     result = run / "items" / "test_cell[cell0]" / "result.json"
     result.write_text('{"x": [0.0, 0.0, 0.0]}')  # a better-looking result
@@ -634,7 +608,7 @@ def test_a_bound_input_edited_after_the_run_is_a_finding(tmp_path):
     toy.approve("toy", RUN, "--input", f"data={data}")
     done = toy.pytest("--research-stage=toy")
     assert done.returncode == 0, done.stdout + done.stderr
-    _recorded(toy, RUN)
+    recorded_in_git(toy, RUN)
     assert audit(toy).returncode == 0
     data.write_text("an input edited afterwards\n")
     assert_finding(

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from prereg.base import gitrepo
 from prereg.records import ledger
 
-pytestmark = pytest.mark.software
+pytestmark = [pytest.mark.software, pytest.mark.attack]
 
 RUN = "toy-20261130-001"
 CLEAN_GIT = {

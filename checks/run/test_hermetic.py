@@ -29,7 +29,7 @@ from prereg.runtime import option_policy
 from prereg.testing import terminal_signals
 from support.toy import left_behind, make_toy_repo, private_tmp, stage_spec
 
-pytestmark = pytest.mark.software
+pytestmark = [pytest.mark.software, pytest.mark.attack]
 
 RUN = "toy-20261201-001"
 # A stage module that records where its code and environment come from.

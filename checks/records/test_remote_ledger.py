@@ -17,6 +17,8 @@ from prereg.records import ledger
 from prereg.testing import ScratchProject
 from support.toy import make_toy_repo, stage_spec
 
+pytestmark = [pytest.mark.software, pytest.mark.attack]
+
 RUN = "toy-20261130-001"
 NEXT = "toy-20261130-002"
 USAGE_ERROR = 4

@@ -11,7 +11,7 @@ from prereg.e04.plan import E04PlanError, grid, settings_from_parameters
 from prereg.kinds.plans import load_plan, validate_stage
 from prereg.kinds.stages import load_kind
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 REAL = PROJECT / "plans" / "E04_PLAN.json"
 DEMO = PROJECT / "plans" / "demo" / "E04_PLAN.json"
 
