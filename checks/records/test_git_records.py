@@ -549,3 +549,14 @@ def test_a_pinned_source_that_is_not_the_runs_is_a_finding(tmp_path):
     audit = toy.audit(RUN)
     assert audit.returncode == 1, audit.stdout + audit.stderr
     assert f"git pins commit {other} as the run's source" in audit.stdout, audit.stdout
+
+
+def test_the_object_format_of_a_repository_made_anew_in_the_same_folder_is_asked_again(tmp_path):
+    # A process asks git a repository's hash function once; a sha1 repository replaced by a
+    # sha256 one in the same folder must not be read with sha1 object ids.
+    plain_git(tmp_path, "init", "-q", "--object-format=sha1")
+    assert gitrepo.object_format(tmp_path) == "sha1"
+    assert gitrepo.object_format(tmp_path) == "sha1"
+    subprocess.run(["rm", "-rf", str(tmp_path / ".git")], check=True)
+    plain_git(tmp_path, "init", "-q", "--object-format=sha256")
+    assert gitrepo.object_format(tmp_path) == "sha256"

@@ -194,9 +194,21 @@ def resolve(root: Path, name: str) -> str | None:
     return done.stdout.decode().strip() if done.returncode == 0 else None
 
 
+_OBJECT_FORMATS: dict[tuple, str] = {}
+
+
 def object_format(root: Path) -> str:
-    """The repository's hash function: ``sha1`` or ``sha256``."""
-    return git(root, "rev-parse", "--show-object-format").strip() or "sha1"
+    """The repository's hash function: ``sha1`` or ``sha256``. Asked of git once per folder
+    in a process (a run asks it of every record it reads): the answer is kept by the real path
+    inode and change time of the folder and of its ``.git``, so a repository made anew there is
+    asked again."""
+    places = [Path(root), Path(root, ".git")]
+    key = tuple(
+        (str(p.resolve()), p.stat().st_ino, p.stat().st_ctime_ns) for p in places if p.exists()
+    )
+    if key not in _OBJECT_FORMATS:
+        _OBJECT_FORMATS[key] = git(root, "rev-parse", "--show-object-format").strip() or "sha1"
+    return _OBJECT_FORMATS[key]
 
 
 def object_id(kind: str, data: bytes, algorithm: str = "sha1") -> str:
