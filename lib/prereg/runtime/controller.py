@@ -82,7 +82,7 @@ class Controller(XdistBridge, TerminalOutput):
         self.session: pytest.Session | None = None
         self.snapshot: snapshots.Snapshot | None = None
         self.environment: execution.Environment | None = None  # what the gate judged against
-        self.listing: Listing | None = None  # started once the gate has passed
+        self.listing: Listing | None = None  # started as the session's gate is judged
         self.kind_check: Deferred | None = None  # the stage kind's own check, run meanwhile
         self.approval: approvals.Approval | None = None  # loaded by the gate
         self.kind: StageKind | None = None  # the stage's kind, once the gate has passed
@@ -108,6 +108,10 @@ class Controller(XdistBridge, TerminalOutput):
         check, run meanwhile, found nothing (:meth:`_verify_and_spend`)."""
         self.session = session
         run = self.run
+        # The clean listing (a process of its own) needs nothing the session's gate finds, and
+        # the launcher's gate has passed: it runs while this gate is judged again, and a refusal
+        # stops it (pytest_unconfigure).
+        self.listing = Listing(self.code_root, run, self.config)
         gathered = self.check_gate()
         self.execution = gathered.execution or execution.record(
             self.code_root, self.config.pluginmanager.list_name_plugin(), snapshot=self.snapshot
@@ -118,7 +122,6 @@ class Controller(XdistBridge, TerminalOutput):
         self.plan = gathered.plan
         spec = self.plan.stage(run.stage)
         self.kind = load_kind(spec["kind"])
-        self.listing = Listing(self.code_root, run, self.config)
         if gathered.kind_check is not None:  # E04 loads its model: meanwhile workers start
             self.kind_check = Deferred(gathered.kind_check, name="prereg-kind-check")
         gate_passed_at = time.time()
