@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from prereg.base.hashing import (
     MAX_JSON_DEPTH,
+    NOT_UTF8,
     NotARegularFile,
     file_entries,
     list_folder,
@@ -110,7 +111,7 @@ def test_links_and_fifos_in_a_run_folder_are_findings_naming_each(plain, tmp_pat
     done = bounded(toy, "audit", f"runs/{RUN}")
     assert done.returncode == 1, done.stdout + done.stderr
     for rel, kind in planted.items():
-        assert any(f"not a regular file: {rel} is {kind}" in f for f in findings(done)), (
+        assert any(f"not read: {rel} is {kind}" in f for f in findings(done)), (
             rel,
             done.stdout,
         )
@@ -127,7 +128,7 @@ def test_a_listed_output_replaced_by_a_link_to_identical_bytes_is_a_finding(plai
     assert sha256_file(result) == sha256_file(copy)  # a follower would hash it unchanged
     assert_finding(
         bounded(toy, "audit", f"runs/{RUN}"),
-        f"not a regular file: {ITEM}/result.json is a symbolic link to '{copy}'",
+        f"not read: {ITEM}/result.json is a symbolic link to '{copy}'",
     )
 
 
@@ -139,7 +140,7 @@ def test_an_item_folder_that_is_a_link_is_a_finding_and_its_files_are_missing(pl
     os.symlink(moved, folder)
     assert_finding(
         bounded(toy, "audit", f"runs/{RUN}"),
-        f"not a regular file: {ITEM} is a symbolic link to '{moved}'",
+        f"not read: {ITEM} is a symbolic link to '{moved}'",
         f"missing file: {ITEM}/result.json",
     )
 
@@ -151,7 +152,7 @@ def test_a_fifo_in_place_of_the_manifest_blocks_no_command(plain, tmp_path):
     os.mkfifo(manifest)
     assert_finding(
         bounded(toy, "audit", f"runs/{RUN}"),
-        "not a regular file: manifest.json is a named pipe (FIFO)",
+        "not read: manifest.json is a named pipe (FIFO)",
     )
     for args in (("runs", "--no-audit"), ("runs",)):
         runs = bounded(toy, *args)
@@ -175,10 +176,22 @@ def test_odd_outputs(research):
     os.symlink("kept.txt", out / "to-inside")
     os.symlink(OUTSIDE, out / "to-outside-folder")
     os.mkfifo(out / "pipe")
+    raw = os.fsencode(str(out))
+    with open(os.path.join(raw, b"name-\\xff.txt"), "wb") as file:  # no JSON can hold its name
+        file.write(b"bytes")
+    os.mkdir(os.path.join(raw, b"folder-\\xfe"))
+    with open(os.path.join(raw, b"folder-\\xfe", b"inside.txt"), "wb") as file:
+        file.write(b"inside")
+    (out / "line\\nbreak\\u2028.txt").write_text("a UTF-8 name a record can hold")
 """
 
 
-def test_an_item_leaving_links_and_a_fifo_gives_an_incomplete_manifest_naming_them(tmp_path):
+def test_an_item_leaving_links_a_fifo_and_names_not_in_utf8_gives_an_incomplete_manifest_naming_them(
+    tmp_path,
+):
+    # File names that are not UTF-8 once made both the manifest and its fallback unwritable
+    # (UnicodeEncodeError): the run ended with no manifest and the audit blamed a killed
+    # controller.
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.txt").write_text("outside the run folder")
@@ -193,21 +206,25 @@ def test_an_item_leaving_links_and_a_fifo_gives_an_incomplete_manifest_naming_th
     assert manifest["status"] == "incomplete", done.stdout + done.stderr
     odd = next(i for i in manifest["items"] if i["nodeid"].endswith("test_odd_outputs"))
     assert odd["outcome"] == "passed"
-    assert [e["path"] for e in odd["outputs"]] == ["kept.txt"]  # nothing hashed through a link
+    assert [e["path"] for e in odd["outputs"]] == ["kept.txt", "line\nbreak\u2028.txt"]
     assert {e["path"]: e["kind"] for e in odd["irregular_outputs"]} == {
+        "folder-\\xfe": f"a folder {NOT_UTF8}",  # never descended into
+        "name-\\xff.txt": f"a regular file {NOT_UTF8}",
         "pipe": "a named pipe (FIFO)",
         "to-inside": "a symbolic link to 'kept.txt'",
         "to-outside": f"a symbolic link to '{outside / 'secret.txt'}'",
         "to-outside-folder": f"a symbolic link to '{outside}'",
     }
     reasons = "\n".join(manifest["incomplete_reasons"])
-    for name in ("pipe", "to-inside", "to-outside", "to-outside-folder"):
+    for name in ("pipe", "to-inside", "to-outside", "to-outside-folder", "name-\\xff.txt"):
         assert f"items/test_odd_outputs/{name} (" in reasons, reasons
     assert "test_odd_outputs: its output folder holds entries that are not regular" in reasons
     assert all(i["outcome"] == "passed" for i in manifest["items"])
     assert_finding(
         bounded(toy, "audit", f"runs/{RUN}"),
-        "not a regular file: items/test_odd_outputs/pipe is a named pipe",
+        "not read: items/test_odd_outputs/pipe is a named pipe",
+        "not read: items/test_odd_outputs/name-\\xff.txt is a regular file whose name is not",
+        "not read: items/test_odd_outputs/folder-\\xfe is a folder whose name is not UTF-8",
     )
 
 

@@ -276,11 +276,26 @@ class FolderListing:
 
     ``files``: the regular files below it (relative POSIX paths, sorted as paths sort);
     ``irregular``: every other entry that is not a folder (a symbolic link, a named pipe, a
-    socket, a device, a folder that cannot be listed), each ``{"path", "kind"}``.
+    socket, a device, a folder that cannot be listed) and every entry whose name is not UTF-8
+    (which no JSON record can hold: shown with ``\\x`` escapes, never descended into), each
+    ``{"path", "kind"}``.
     """
 
     files: tuple[str, ...]
     irregular: tuple[dict, ...]
+
+
+NOT_UTF8 = "whose name is not UTF-8 (shown with \\x escapes)"
+
+
+def utf8_name(name: str) -> bool:
+    """Whether a file name from the file system (undecodable bytes held as surrogates) is
+    UTF-8 text, which a JSON record can hold."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _path_key(rel: str) -> tuple[str, ...]:
@@ -316,7 +331,11 @@ def list_folder(root: Path) -> FolderListing:
                 mode = entry.stat(follow_symlinks=False).st_mode
             except FileNotFoundError:
                 continue  # removed while listed
-            if stat.S_ISDIR(mode):
+            if not utf8_name(entry.name):  # no record can name it: never hashed nor descended
+                shown = prefix + os.fsencode(entry.name).decode("utf-8", "backslashreplace")
+                what = "a regular file" if stat.S_ISREG(mode) else entry_kind(mode, entry.path)
+                irregular.append({"path": shown, "kind": f"{what} {NOT_UTF8}"})
+            elif stat.S_ISDIR(mode):
                 pending.append((entry.path, rel + "/"))
             elif stat.S_ISREG(mode):
                 files.append(rel)

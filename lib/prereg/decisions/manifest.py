@@ -245,8 +245,9 @@ def every_file(root: Path) -> list[dict]:
 
 
 IRREGULAR_ITEM = (
-    "its output folder holds entries that are not regular files, which prereg neither "
-    "follows nor reads, so they are not hashed: {entries}; an item must write regular files only"
+    "its output folder holds entries that are not regular files or folders named in UTF-8, "
+    "which prereg neither follows nor reads, so they are not hashed: {entries}; an item must "
+    "write regular files with UTF-8 names only"
 )
 
 
@@ -268,9 +269,9 @@ def irregular_reason(run_dir: Path) -> str | None:
         return None
     return (
         f"the run folder holds {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} that "
-        f"{'is' if len(entries) == 1 else 'are'} not a regular file or folder, which prereg "
-        f"neither follows nor reads nor hashes: {_named(entries)}; the stage's code must "
-        "write regular files only (the audit finds them too)"
+        f"{'is' if len(entries) == 1 else 'are'} not a regular file or folder named in UTF-8, "
+        f"which prereg neither follows nor reads nor hashes: {_named(entries)}; the stage's "
+        "code must write regular files with UTF-8 names only (the audit finds them too)"
     )
 
 

@@ -91,11 +91,13 @@ def _hash_findings(run_dir: Path, manifest: dict) -> list[str]:
 
 
 def _irregular_findings(contents: FolderListing) -> list[str]:
-    """Each entry of the run folder that is neither a regular file nor a folder."""
+    """Each entry of the run folder that is neither a regular file nor a folder, or whose
+    name is not UTF-8."""
     return [
-        f"not a regular file: {e['path']} is {e['kind']}; a run folder holds only regular files "
-        "and folders (the audit neither follows a link nor reads a pipe, so nothing there is "
-        "hashed): find what made it; the run cannot audit clean while it is there"
+        f"not read: {e['path']} is {e['kind']}; a run folder holds only regular files and "
+        "folders named in UTF-8 (the audit neither follows a link, nor reads a pipe, nor reads "
+        "a file no record can name, so nothing there is hashed): find what made it; the run "
+        "cannot audit clean while it is there"
         for e in contents.irregular
     ]
 
