@@ -206,6 +206,31 @@ def pytest_unconfigure(config):
 """
 
 
+SIGTERM_IN_THE_LISTING = """
+import sys as _sys
+if any(arg.startswith("--prereg-list-items") for arg in _sys.argv):  # the clean listing only
+    os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def test_a_sigterm_that_ends_the_clean_listing_is_an_interruption_not_a_refusal(tmp_path):
+    # A batch scheduler's SIGTERM can reach the clean listing before the session: that says
+    # nothing of the stage, so it is no whole-stage refusal; nothing is spent or recorded.
+    toy = make_toy_repo(tmp_path / "toy")
+    with open(toy.root / "experiments" / "test_toy.py", "a") as handle:
+        handle.write(SIGTERM_IN_THE_LISTING)
+    toy.commit("A stage whose clean listing is ended by SIGTERM")
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy")
+    said = done.stdout + done.stderr
+    assert done.returncode == 2, said  # interrupted
+    assert "the clean listing of the stage's items was ended by SIGTERM" in said, said
+    assert f"run {RUN} interrupted before its run id was spent" in said, said
+    assert toy.refusals() == []
+    assert ledger.read(toy.root, ledger.start_ref(RUN)) is None
+    assert not toy.run_dir(RUN).exists()
+
+
 def test_sigterm_and_sighup_handlers_live_from_the_gate_to_the_manifest_only(tmp_path):
     toy = misbehaving(tmp_path, "none", cell=-1, conftest=HANDLERS)
     done = toy.pytest("--research-stage=toy")

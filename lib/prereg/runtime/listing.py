@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -75,8 +76,15 @@ class Listing:
         )
 
     def wait(self) -> list[str] | str:
-        """The node ids, or a sentence saying why the stage's items could not be listed."""
+        """The node ids, or a sentence saying why the stage's items could not be listed. A
+        listing ended by a signal (a batch scheduler's SIGTERM to the process group, a kill)
+        says nothing of the stage: that ends the run as an interruption, nothing spent."""
         output, _ = self.process.communicate()
+        if self.process.returncode < 0:
+            Path(self.path).unlink(missing_ok=True)
+            number = -self.process.returncode
+            name = signal.Signals(number).name if number in signal.valid_signals() else number
+            raise KeyboardInterrupt(f"the clean listing of the stage's items was ended by {name}")
         try:
             listed = json.loads(Path(self.path).read_text() or "null")
         finally:
