@@ -335,6 +335,28 @@ def test_a_torn_item_log_is_a_finding(honest, tmp_path):
     )
 
 
+def test_an_item_log_line_hidden_behind_a_forged_log_error_is_a_finding(honest, tmp_path):
+    # The audit accepts a finished item without an items.jsonl line when the manifest says the
+    # controller could not append it (log_error: a full disk). Forging that note to hide a
+    # deleted line changes the manifest, whose bytes git holds.
+    toy = clone(honest, tmp_path)
+    run = toy.run_dir(RUN)
+    log = run / "items.jsonl"
+    lines = log.read_text().splitlines(keepends=True)
+    hidden = json.loads(lines[0])["nodeid"]
+    log.write_text("".join(lines[1:]))
+
+    def forge(manifest: dict) -> None:
+        item = next(i for i in manifest["items"] if i["nodeid"] == hidden)
+        item["log_error"] = "items.jsonl: could not append the record (No space left on device)"
+        rehash(run, manifest)
+
+    _edit_manifest(toy, forge)
+    done = audit(toy)
+    assert_finding(done, "manifest.json differs from its record in git")
+    assert "has no line for it" not in done.stdout
+
+
 def test_an_edited_start_record_is_a_finding_against_git_and_the_manifest(honest, tmp_path):
     toy = clone(honest, tmp_path)
     run = toy.run_dir(RUN)
