@@ -164,6 +164,67 @@ def test_a_snapshot_changed_during_the_run_ends_it_incomplete_and_is_an_audit_fi
     assert "environment.snapshot.tree_at_end: the snapshot the run executed changed" in audit.stdout
 
 
+# Stands in for a hand outside the run (root, another process): once the session has proved
+# its snapshot, the stage module there is swapped for a forged one, and the committed bytes
+# are put back as soon as collection has imported it, so every later look at the file (the
+# execution check at collection and at the end, the tree at the end) sees the committed file.
+SWAP_AFTER_PROOF = """
+import pytest
+
+MODULE = "experiments/test_toy.py"
+
+
+def _collects_and_swaps(config):
+    # The process that collects from the snapshot: the session when serial, else the first
+    # worker (each worker proves the snapshot itself once it has collected).
+    if not config.rootpath.name.startswith("prereg-snapshot-"):
+        return False
+    worker = getattr(config, "workerinput", None)
+    if worker is not None:
+        return worker["workerid"] == "gw0"
+    return not config.getoption("numprocesses", None)
+
+
+@pytest.hookimpl(trylast=True)  # after the controller's gate proved the snapshot
+def pytest_sessionstart(session):
+    config = session.config
+    if _collects_and_swaps(config):
+        path = config.rootpath / MODULE
+        config.committed_bytes = path.read_bytes()
+        path.chmod(0o644)
+        path.write_bytes(config.committed_bytes.replace(b'{"x":', b'{"forged": 1, "x":'))
+
+
+@pytest.hookimpl(tryfirst=True)  # before prereg judges what collection loaded
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "committed_bytes"):
+        (config.rootpath / MODULE).write_bytes(config.committed_bytes)
+        (config.rootpath / MODULE).chmod(0o444)
+"""
+
+
+@pytest.mark.parametrize(
+    "workers, condition",
+    [([], "[execution]"), (["-n", "2"], "[worker] worker gw0")],
+    ids=["serial", "two-workers"],
+)
+def test_a_module_swapped_in_the_snapshot_between_its_proof_and_its_import_is_refused(
+    tmp_path, workers, condition
+):
+    # What the loader compiled is compared with the commit, not the file as it is later:
+    # the swapped module ran forged code while every later look saw the committed bytes.
+    toy = make_toy_repo(tmp_path / "toy")
+    (toy.root / "conftest.py").write_text(SWAP_AFTER_PROOF)
+    toy.commit("A conftest that swaps the stage module after the snapshot's proof")
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy", *workers)
+    said = done.stdout + done.stderr
+    assert done.returncode == 4, said
+    assert condition in said and "experiments/test_toy.py" in said, said
+    assert "was compiled from bytes that are not the committed file's" in said, said
+    assert not ledger.is_spent(toy.root, RUN)
+
+
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "two-workers"])
 @pytest.mark.parametrize("how", ["breakpoint", "pdb", "Pdb"])
 def test_every_debugger_entry_in_an_item_refuses_and_reads_no_pdbrc(tmp_path, how, workers):

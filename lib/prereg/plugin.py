@@ -55,8 +55,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    """Before pytest writes its ``--debug`` file, once the command line is parsed."""
+    """Before pytest writes its ``--debug`` file and imports any conftest.py, once the command
+    line is parsed."""
     process_run.refuse_early_outputs(early_config)
+    process_run.watch_snapshot_imports(early_config)
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:

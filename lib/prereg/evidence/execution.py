@@ -70,6 +70,7 @@ from urllib.parse import unquote, urlparse
 
 from prereg.base import gitrepo
 from prereg.base.hashing import sha256_file
+from prereg.evidence import imports
 from prereg.evidence.hermetic import (
     PASSED_VARIABLES,
     SET_BY_LIBRARIES,
@@ -285,6 +286,11 @@ class Checkout:
         """Why ``path`` (inside this checkout) may not run, or None."""
         rel = self.relative(path)
         if rel in self.blobs:
+            compiled = (
+                imports.verdict(path, self.blobs[rel], self.algorithm) if self.strict else None
+            )
+            if compiled is not None:  # what its loader read, not the file as it is now
+                return compiled
             if self.strict and _git_blob(path, self.algorithm) != self.blobs[rel]:
                 return "differs from the committed file: commit it or restore it"
             return None

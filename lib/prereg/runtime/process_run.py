@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.assertion import rewrite
 
 from prereg.base import provenance, seeds
 from prereg.base.hashing import canonical_json, sha256_file
 from prereg.decisions import approval as approvals
 from prereg.decisions import bindings
-from prereg.evidence import hermetic
+from prereg.evidence import hermetic, imports
 from prereg.kinds.plans import Plan, load_plan, rehearsal_data
 from prereg.kinds.stages import confine_project_kinds
+from prereg.records import snapshot as snapshots
 from prereg.records.runs import (
     RehearsalLayout,
     RunLayout,
@@ -341,6 +343,17 @@ def resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fals
         inputs=record.data["inputs"],
         required_runs={stage: bound["run_id"] for stage, bound in record.data["requires"].items()},
     )
+
+
+def watch_snapshot_imports(config: pytest.Config) -> None:
+    """A research session, its listing and its workers, which run from a snapshot, record what
+    their loaders compile from it from now on (:mod:`prereg.evidence.imports`), before any
+    conftest.py or test module is imported."""
+    args = config.known_args_namespace
+    if not getattr(args, "research_stage", None) or getattr(args, "prereg_rehearse", False):
+        return
+    if Path(config.rootpath).name.startswith(snapshots.PREFIX):
+        imports.watch(config.rootpath, rewriter=rewrite)
 
 
 def refuse_early_outputs(config: pytest.Config) -> None:
