@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prereg.base.hashing import canonical_json
+from prereg.base.hashing import canonical_json, sha256_file
 from prereg.base.schema import validate
 from prereg.evidence import envlock
 from prereg.kinds import registry
@@ -146,6 +146,36 @@ def test_another_interpreter_is_a_problem():
         assert "Run with the approved interpreter" in problem, problem
 
 
+def test_the_start_up_modules_site_runs_are_hashed_where_python_finds_them(tmp_path):
+    first, second = tmp_path / "stdlib", tmp_path / "site"
+    (second / "usercustomize").mkdir(parents=True)
+    first.mkdir()
+    (first / "sitecustomize.py").write_text("import os\n")
+    (second / "sitecustomize.py").write_text("shadowed by the first folder\n")
+    (second / "usercustomize" / "__init__.py").write_text("print('every start')\n")
+    found = envlock.customize_hashes([str(first), str(second)])
+    assert found == {
+        "sitecustomize_sha256": sha256_file(first / "sitecustomize.py"),
+        "usercustomize_sha256": sha256_file(second / "usercustomize" / "__init__.py"),
+    }
+    assert envlock.customize_hashes([str(tmp_path / "empty")]) == dict.fromkeys(found, "")
+
+
+def test_a_sitecustomize_added_after_approval_is_a_problem_and_an_older_lock_compares_none():
+    # A sitecustomize dropped into the interpreter's standard library runs at every start
+    # and belongs to no distribution's RECORD: the lock binds it.
+    now = envlock.lock([])
+    bound = copy.deepcopy(now)
+    now["python"]["sitecustomize_sha256"] = "ab" * 32
+    (problem,) = envlock.lock_problems(bound, now)
+    assert f"sitecustomize_sha256 {'ab' * 32!r} now, approved ''" in problem, problem
+    older = copy.deepcopy(bound)  # made before the lock bound the start-up modules
+    for field in envlock.CUSTOMIZE_FIELDS:
+        del older["python"][field]
+    validate(older, envlock.LOCK_SCHEMA, source="an older lock")
+    assert envlock.lock_problems(older, now) == []
+
+
 def test_an_approval_without_a_lock_is_a_problem():
     (problem,) = envlock.lock_problems(None, envlock.lock([]))
     assert "environment_lock field is missing" in problem and "approve again" in problem
@@ -231,6 +261,7 @@ def distributions(draw):
 @st.composite
 def locks(draw):
     python = {field: draw(st.text(min_size=1, max_size=8)) for field in envlock.PYTHON_FIELDS}
+    python |= draw(st.dictionaries(st.sampled_from(envlock.CUSTOMIZE_FIELDS), st.text(max_size=8)))
     return {"python": python, "distributions": draw(st.dictionaries(NAMES, distributions()))}
 
 

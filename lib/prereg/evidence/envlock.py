@@ -41,6 +41,7 @@ import csv
 import email
 import email.message
 import hashlib
+import importlib.machinery
 import importlib.metadata
 import json
 import os
@@ -62,6 +63,7 @@ NAMED_FILES = 3
 # The interpreter fields, as :func:`lock` records them, and the shape of a lock (the
 # approval's ``environment_lock``, the manifest's record of it): :mod:`prereg.records`.
 PYTHON_FIELDS = records.PYTHON_FIELDS
+CUSTOMIZE_FIELDS = records.CUSTOMIZE_FIELDS
 DISTRIBUTION = records.DISTRIBUTION
 LOCK_SCHEMA = records.LOCK_SCHEMA
 AGAIN = "approve again under a new run id"
@@ -102,7 +104,8 @@ def normalised(name: str) -> str:
 
 def python() -> dict:
     """The running interpreter: its real executable and that file's SHA-256, version,
-    implementation and prefixes."""
+    implementation and prefixes, and the start-up modules its ``site`` runs
+    (:func:`customize_hashes`)."""
     executable = os.path.realpath(sys.executable)
     return {
         "executable": executable,
@@ -111,7 +114,20 @@ def python() -> dict:
         "implementation": sys.implementation.name,
         "prefix": os.path.realpath(sys.prefix),
         "base_prefix": os.path.realpath(sys.base_prefix),
+        **customize_hashes(execution.stdlib_dirs() + execution.site_dirs()),
     }
+
+
+def customize_hashes(folders: list[str]) -> dict[str, str]:
+    """The SHA-256 of ``sitecustomize`` and ``usercustomize`` as Python finds them in
+    ``folders`` (a module file, or a package's ``__init__.py``), "" for one it does not find:
+    code every start of the interpreter runs, which no distribution's RECORD need hold."""
+    found = {}
+    for module, field in zip(execution.CUSTOMIZE_MODULES, CUSTOMIZE_FIELDS):
+        spec = importlib.machinery.PathFinder.find_spec(module, folders)
+        origin = getattr(spec, "origin", None)
+        found[field] = sha256_file(origin) if origin and os.path.isfile(origin) else ""
+    return found
 
 
 def metadata_headers(dist: importlib.metadata.Distribution) -> email.message.Message:
@@ -187,7 +203,8 @@ def file_differences(bound_entries: dict | None, now_entries: dict | None) -> st
 
 
 def _python_problem(bound: dict, now: dict, when: str) -> list[str]:
-    fields = [f for f in sorted(set(bound) | set(now)) if bound.get(f) != now.get(f)]
+    compared = set(PYTHON_FIELDS) | set(bound)  # a start-up module field an older lock lacks
+    fields = [f for f in sorted(compared) if bound.get(f) != now.get(f)]
     if not fields:
         return []
     listed = "; ".join(f"{f} {now.get(f)!r} {when}, approved {bound.get(f)!r}" for f in fields)

@@ -50,6 +50,7 @@ __all__ = [
     "COMPLETE",
     "COMPLETE_FIELDS",
     "COULD_NOT_AUDIT",
+    "CUSTOMIZE_FIELDS",
     "DISCLOSURE_FORMAT",
     "DISCLOSURE_SCHEMA",
     "DISTRIBUTION",
@@ -196,6 +197,11 @@ PYTHON_FIELDS = (
     "prefix",
     "base_prefix",
 )
+# The modules Python's site runs at every start (sitecustomize, usercustomize): the SHA-256 of
+# each as found in the interpreter's standard library and site folders, "" when there is
+# none. Optional: a lock made before they were bound lacks them, and they are then not
+# compared.
+CUSTOMIZE_FIELDS = ("sitecustomize_sha256", "usercustomize_sha256")
 # One installed distribution of an environment lock.
 DISTRIBUTION = {
     "version": str,
@@ -205,7 +211,10 @@ DISTRIBUTION = {
 }
 # The shape of a lock (the approval's ``environment_lock``, the manifest's record of it).
 LOCK_SCHEMA = {
-    "python": {name: str for name in PYTHON_FIELDS},
+    "python": {
+        **{name: str for name in PYTHON_FIELDS},
+        **{name: Optional(str) for name in CUSTOMIZE_FIELDS},
+    },
     "distributions": MapOf(DISTRIBUTION),
 }
 
