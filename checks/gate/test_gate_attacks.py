@@ -358,6 +358,58 @@ def test_a_bound_input_edited_after_the_gate_is_not_used(tmp_path):
     assert "changed since approval" in json.dumps(manifest["items"])
 
 
+READS_THE_GIT_INPUT = """
+import json, subprocess
+import pytest
+
+pytestmark = pytest.mark.research_stage("toy")
+
+
+@pytest.mark.parametrize("cell", range(2), ids=lambda c: f"cell{c}")
+def test_cell(cell, research):
+    research.coords(cell=cell)
+    repo = research.inputs["corpus"]
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    (research.outputs / "read.json").write_text(
+        json.dumps({"text": (repo / "values.txt").read_text(), "head": head})
+    )
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "two-workers"])
+def test_a_git_input_is_read_at_its_bound_commit_whatever_its_working_tree_holds(tmp_path, workers):
+    # A git input was bound by its commit but handed over as its working tree: an
+    # uncommitted edit, or a pull since the approval, fed the run and it audited clean.
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "a@b"], ["config", "user.name", "a"]):
+        subprocess.run(["git", "-C", str(corpus), *args], check=True)
+    (corpus / "values.txt").write_text("approved\n")
+    subprocess.run(["git", "-C", str(corpus), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(corpus), "commit", "-qm", "approved"], check=True)
+    bound = subprocess.run(
+        ["git", "-C", str(corpus), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    toy = make_toy_repo(tmp_path / "toy", {"toy": stage_spec("toy", inputs=["corpus"])})
+    (toy.root / "experiments" / "test_toy.py").write_text(READS_THE_GIT_INPUT)
+    toy.commit("A stage that reads its git input's files")
+    toy.approve("toy", RUN, "--input", f"corpus={corpus}")
+    (corpus / "values.txt").write_text("pulled\n")  # a pull since the approval...
+    subprocess.run(["git", "-C", str(corpus), "commit", "-qam", "pulled"], check=True)
+    (corpus / "values.txt").write_text("edited, not committed\n")  # ...and an edit on top
+    done = toy.pytest("--research-stage=toy", *workers)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for cell in range(2):
+        read = json.loads(
+            (toy.run_dir(RUN) / "items" / f"test_cell[cell{cell}]" / "read.json").read_text()
+        )
+        assert read == {"text": "approved\n", "head": bound}
+    assert (corpus / "values.txt").read_text() == "edited, not committed\n"  # left as it was
+    assert toy.audit(RUN).returncode == 0
+
+
 # -- the conditions, as functions of facts -------------------------------------------------------
 
 

@@ -228,3 +228,45 @@ def sweep(parent: Path | None = None) -> list[Path]:
         remove(folder)
         removed.append(folder)
     return removed
+
+
+# -- a git input at its bound commit ---------------------------------------------------------
+
+
+def input_checkout(repository: Path, commit: str, folder: Path) -> Path:
+    """The git repository bound as an input, as the run reads it: a clone in ``folder`` whose
+    HEAD is ``commit`` (detached) and whose working tree is that commit's, whatever the
+    repository's own working tree, index or branch hold now (an uncommitted edit, a pull
+    since the approval). Its objects are the repository's (``git clone --shared``), so its
+    history reads as the repository's. Made once, in a private folder renamed into place (a
+    run's workers share it); the working tree is proved against the commit's tree from the
+    bytes on disk before it is used. Raises :class:`SnapshotError` when it cannot be made."""
+    folder = Path(folder)
+    if folder.is_dir():
+        head = gitrepo.resolve(folder, "HEAD")
+        if head != commit:
+            raise SnapshotError(f"{folder} holds commit {head}, not the bound {commit}")
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        gitrepo.run(work, "clone", "--quiet", "--shared", "--no-checkout", str(repository), ".")
+        gitrepo.run(work, "checkout", "--quiet", "--detach", commit)
+        tree = gitrepo.working_tree_id(work)
+        expected = gitrepo.resolve(work, f"{commit}^{{tree}}")
+        if tree != expected:
+            raise SnapshotError(
+                f"the checkout of {repository} at {commit} holds tree {tree}, not the commit's "
+                f"tree {expected}"
+            )
+        try:
+            os.rename(work, folder)
+        except OSError:  # another worker put its own in place first
+            if not folder.is_dir():
+                raise
+    except gitrepo.GitError as err:
+        raise SnapshotError(f"the bound input {repository} cannot be read at {commit}: {err}")
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+    return folder

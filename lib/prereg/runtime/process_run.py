@@ -248,6 +248,10 @@ class InputChanged(RuntimeError):
 
 
 def verified_inputs(run: ProcessRun) -> dict[str, Path]:
+    """The bound inputs as the run reads them: a file where it is (hashed again now), a git
+    repository as a clone at its bound commit in this process's temporary folder (shared by
+    the run's workers), never its working tree
+    (:func:`prereg.records.snapshot.input_checkout`)."""
     bound = run.inputs or {}
     problems = bindings.input_problems(bound)
     if problems:
@@ -255,7 +259,16 @@ def verified_inputs(run: ProcessRun) -> dict[str, Path]:
             "; ".join(problems) + f"; the run {run.run_id} cannot use it: restore the "
             "approved input (the run ends incomplete), or approve the new input under a new run id"
         )
-    return {name: Path(entry["path"]) for name, entry in bound.items()}
+    paths = {}
+    for name, entry in bound.items():
+        paths[name] = Path(entry["path"])
+        if entry["kind"] == "git":
+            folder = Path(tempfile.gettempdir(), f"prereg-input-{name}-{entry['commit']}")
+            try:
+                paths[name] = snapshots.input_checkout(paths[name], entry["commit"], folder)
+            except snapshots.SnapshotError as err:
+                raise InputChanged(f"input {name}: {err}") from None
+    return paths
 
 
 def worker_process_run(config: pytest.Config) -> ProcessRun:
