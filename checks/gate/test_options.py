@@ -350,16 +350,15 @@ def test_pytest_plugins_is_refused_exactly_when_it_names_something(value):
     assert all(f"PYTEST_PLUGINS={value.strip()} is not passed" in s for s in found), found
 
 
-def test_a_rehearsal_with_pytest_plugins_set_runs_and_warns_that_the_run_would_be_refused(
-    approved,
-):
-    """A rehearsal runs in-process, where PYTEST_PLUGINS loads; its passing summary says the
-    run itself would be refused, so the first try of the run costs nothing unexpected."""
+def test_a_rehearsal_with_pytest_plugins_set_is_refused_as_the_run_would_be(approved):
+    """A rehearsal's items run in a session of their own, as a run's do, which never receives
+    PYTEST_PLUGINS: the rehearsal is refused with the run's reason, so a rehearsal that passes
+    predicts a run that is not refused for it."""
     done = research_run(approved, "--rehearse", env={"PYTEST_PLUGINS": "json"})
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "WARNING: a run would be refused: PYTEST_PLUGINS=json" in done.stdout, done.stdout
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "rehearsal of stage toy refused (nothing ran): PYTEST_PLUGINS=json" in done.stderr
     again = research_run(approved, "--rehearse")
-    assert again.returncode == 0 and "a run would be refused" not in again.stdout, again.stdout
+    assert again.returncode == 0, again.stdout + again.stderr
 
 
 def test_a_rehearsal_from_another_root_is_refused_naming_the_projects_root(approved, tmp_path):

@@ -328,3 +328,45 @@ def test_a_rehearsal_refuses_output_paths_over_the_projects_records(tmp_path):
     assert audit.returncode == 0, audit.stdout
     outside = toy.pytest("--research-stage=toy", "--rehearse", f"--basetemp={tmp_path / 'bt'}")
     assert outside.returncode == 0, outside.stdout + outside.stderr
+
+
+READS_AN_IGNORED_FILE = """
+import json
+from pathlib import Path
+import pytest
+
+pytestmark = pytest.mark.research_stage("toy")
+
+
+@pytest.mark.parametrize("cell", range(2), ids=lambda c: f"cell{c}")
+def test_cell(cell, research, pytestconfig):
+    research.coords(cell=cell)
+    data = json.loads((pytestconfig.rootpath / "data" / "local.json").read_text())
+    (research.outputs / "result.json").write_text(json.dumps(data))
+"""
+
+
+def test_a_rehearsal_reads_what_the_run_reads_so_a_git_ignored_file_fails_it_as_a_run(tmp_path):
+    # A stage that reads a git-ignored data file by a path in the project passed its
+    # rehearsal (the working tree has the file) and failed every item of its run (the
+    # snapshot of the commit has none), its run id spent. A rehearsal now runs from the
+    # working tree as a commit of everything would hold it: uncommitted edits and new files,
+    # no git-ignored file.
+    toy = make_toy_repo(tmp_path / "toy")
+    (toy.root / "experiments" / "test_toy.py").write_text(READS_AN_IGNORED_FILE)
+    (toy.root / "data").mkdir()
+    (toy.root / "data" / "local.json").write_text('{"from": "a git-ignored file"}')
+    with open(toy.root / ".gitignore", "a") as handle:
+        handle.write("data/\n")
+    toy.commit("A stage that reads data/local.json, which git ignores")
+    done = toy.pytest("--research-stage=toy", "--rehearse")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "local.json" in done.stdout and "No such file" in done.stdout, done.stdout
+    _, record = _only_rehearsal(toy)
+    assert record["status"] == "failed"
+    # Not ignored, not yet committed: a rehearsal reads it, as the run will once committed.
+    (toy.root / ".gitignore").write_text(
+        (toy.root / ".gitignore").read_text().replace("data/\n", "")
+    )
+    again = toy.pytest("--research-stage=toy", "--rehearse")
+    assert again.returncode == 0, again.stdout + again.stderr

@@ -65,6 +65,9 @@ PRIVATE_FOLDERS = {"HOME": "home", "TMPDIR": "tmp"}
 # The user's cache folder by its resolved path (``XDG_CACHE_HOME``, else ``~/.cache``): the
 # caches keyed by content (the GRU kernel's builds, libraries' model caches) stay warm.
 CACHE_HOME = "XDG_CACHE_HOME"
+# Set in a rehearsal's session: the folder the user typed the command in, against which its
+# relative --rehearse-plan and --rehearse-input paths resolve (its own is the copy).
+INVOKED_FROM = "PREREG_INVOKED_FROM"
 # Plugins a session never loads: they would write into the snapshot (.pytest_cache).
 BLOCKED_PLUGINS = ("cacheprovider", "stepwise")
 BOOT = "hermetic_boot.py"
@@ -296,16 +299,20 @@ def null_arguments(values: dict[str, object]) -> list[str]:
     return [f"{OUTPUT_OPTIONS[dest]}={os.devnull}" for dest in NULLED if values.get(dest)]
 
 
-def exec_session(argv: list[str], *, cwd: Path, env: dict[str, str], handoff: bool) -> None:
-    """Replace this process with the session (standard input closed; never returns).
-    ``handoff``: SIGTERM had its default action; it is ignored until the boot takes it."""
+def exec_session(
+    argv: list[str], *, cwd: Path, env: dict[str, str], handoff: bool, keep_stdin: bool = False
+) -> None:
+    """Replace this process with the session (standard input closed unless ``keep_stdin``,
+    which a rehearsal's debugger reads; never returns). ``handoff``: SIGTERM had its default
+    action; it is ignored until the boot takes it."""
     if handoff:
         env = {**env, SIGTERM_HANDOFF: "1"}
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.stdout.flush()
     sys.stderr.flush()
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
+    if not keep_stdin:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
     os.chdir(cwd)
     os.execve(argv[0], argv, env)

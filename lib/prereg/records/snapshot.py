@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prereg.base import gitrepo
+from prereg.base.hashing import entry_kind
 
 FILE_MODES = dict(zip(gitrepo.REGULAR_FILE_MODES, (0o444, 0o555)))
 TREE_MODE = "40000"
@@ -53,13 +54,10 @@ class Snapshot:
 def materialise(root: Path, commit: str, parent: Path | None = None) -> Snapshot:
     """Write ``commit``'s tree of the repository at ``root`` into a new read-only folder
     (after sweeping the snapshots of ended processes from the same parent folder)."""
-    sweep(parent)
-    folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{commit[:12]}-", dir=parent))
+    folder = _new_folder(f"{PREFIX}{commit[:12]}-", parent)
     blobs: dict[str, str] = {}
     folders: list[Path] = []
     try:
-        scratch(folder).mkdir()
-        (scratch(folder) / OWNER).write_text(process_identity(os.getpid()) or str(os.getpid()))
         with gitrepo.ObjectReader(root) as objects:
             algorithm = objects.algorithm
             tree = objects.commit_tree(commit)
@@ -85,6 +83,62 @@ def materialise(root: Path, commit: str, parent: Path | None = None) -> Snapshot
         remove(folder)
         raise
     return Snapshot(folder=folder, commit=commit, tree=tree, blobs=blobs, algorithm=algorithm)
+
+
+def _new_folder(prefix: str, parent: Path | None) -> Path:
+    """A new empty folder named ``prefix...`` and its scratch folder naming this process as
+    its owner (after sweeping the folders of ended processes from ``parent``)."""
+    sweep(parent)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        scratch(folder).mkdir()
+        (scratch(folder) / OWNER).write_text(process_identity(os.getpid()) or str(os.getpid()))
+    except BaseException:
+        remove(folder)
+        raise
+    return folder
+
+
+WORKING_TREE = "working-tree-"  # after PREFIX: a copy of a working tree, not of a commit
+
+
+def working_copy(root: Path, parent: Path | None = None) -> Path:
+    """The checkout at ``root`` as a commit of everything would hold it: each file git tracks
+    or would add (``git ls-files --cached --others --exclude-standard``), as it is on disk,
+    copied into a new read-only folder laid out as a snapshot (its scratch folder beside it);
+    a git-ignored file is not there, as it is in no commit. What a rehearsal runs from, so
+    that it reads what the run will read. Raises :class:`SnapshotError` for an entry a run
+    would refuse (a symbolic link, a submodule)."""
+    listed = gitrepo.run(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    names = sorted({n for n in listed.stdout.decode("utf-8", "surrogateescape").split("\0") if n})
+    folder = _new_folder(f"{PREFIX}{WORKING_TREE}", parent)
+    folders = {folder}
+    try:
+        for rel in names:
+            source = Path(root, rel)
+            try:
+                mode = os.lstat(source).st_mode
+            except FileNotFoundError:
+                continue  # deleted from the working tree: no commit of it would hold it
+            if not stat.S_ISREG(mode):
+                kind = "a submodule" if stat.S_ISDIR(mode) else entry_kind(mode, source)
+                raise SnapshotError(
+                    f"{rel} in the working tree is {kind}; a run executes regular committed "
+                    "files only: commit the file itself instead"
+                )
+            target = folder / rel
+            for above in reversed(list(Path(rel).parents)[:-1]):  # its folders, outermost first
+                if folder / above not in folders:
+                    (folder / above).mkdir()
+                    folders.add(folder / above)
+            shutil.copyfile(source, target)
+            target.chmod(0o555 if mode & 0o111 else 0o444)
+        for path in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+            path.chmod(0o555)
+    except BaseException:
+        remove(folder)
+        raise
+    return folder
 
 
 def irregular_entry(rel: str, mode: str, commit: str) -> str:

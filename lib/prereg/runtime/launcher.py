@@ -4,7 +4,8 @@
 snapshot of the approved commit and becomes the hermetic session (:mod:`prereg.evidence.hermetic`),
 which registers the :class:`~prereg.runtime.controller.Controller`. An xdist worker takes
 the run the controller belongs to; a software run, a listing, a session and a rehearsal
-(:mod:`prereg.runtime.rehearsal`, in this process, from the working tree) each get their own.
+(:mod:`prereg.runtime.rehearsal`, a session too, in a copy of the working tree) each get
+their own.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from prereg.runtime.process_run import (
     REHEARSE_OPTION,
     STAGE_OPTION,
     ProcessRun,
+    check_rehearsal_command,
     resolve_rehearsal,
     resolve_research_run,
     worker_process_run,
@@ -42,7 +44,6 @@ def launches(config: pytest.Config) -> bool:
         and not hasattr(config, "workerinput")
         and not option.prereg_list_items
         and not option.prereg_checkout
-        and not option.prereg_rehearse
         and not option.help
         and not option.version
     )
@@ -50,7 +51,10 @@ def launches(config: pytest.Config) -> bool:
 
 def launch(config: pytest.Config) -> None:
     """Pass the gate here, then become the hermetic session; this process never collects
-    or runs an item itself (it does not return)."""
+    or runs an item itself (it does not return). A rehearsal passes no gate and becomes its
+    session in a copy of the working tree (:func:`launch_rehearsal`)."""
+    if config.option.prereg_rehearse:
+        launch_rehearsal(config)
     root = Path(config.rootpath)
     run = resolve_research_run(config, root)
     record, _, gathered = pass_gate(config, run, session_follows=True)
@@ -64,34 +68,81 @@ def launch(config: pytest.Config) -> None:
     except (snapshots.SnapshotError, gitrepo.GitError, OSError) as err:
         refusal = gate.Refusal("hermetic", f"the approved commit cannot be run: {err}")
         refuse(config, run, record, [refusal])
+    lock = record.data.get("environment_lock") or {}
+    plugins = entry_point_plugins(config, lock.get("distributions") or {})
+    _become_session(config, checkout, snapshot.folder, plugins, handoff=handoff)
+
+
+def launch_rehearsal(config: pytest.Config) -> None:
+    """A rehearsal in the run's world: the working tree copied as a commit of everything
+    would hold it (:func:`prereg.records.snapshot.working_copy`: no git-ignored file), then
+    this process becomes the rehearsal's session there, with a session's allow-listed
+    environment, home, temporary and current folder; standard input stays open for a
+    debugger. Does not return."""
+    root = Path(config.rootpath)
+    check_rehearsal_command(config, root)
+    checkout = Path(gitrepo.toplevel(root))
+    handoff = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    if handoff:
+        end_on_sigterm()
     try:
-        hermetic.private_world(snapshots.scratch(snapshot.folder))
-        lock = record.data.get("environment_lock") or {}
-        loaded, blocked = entry_point_plugins(config, lock.get("distributions") or {})
+        folder = snapshots.working_copy(checkout)
+    except (snapshots.SnapshotError, gitrepo.GitError, OSError) as err:
+        raise pytest.UsageError(
+            f"{STAGE_OPTION}={config.option.research_stage} {REHEARSE_OPTION}: the working "
+            f"tree cannot be rehearsed (nothing ran): {err}"
+        ) from None
+    invoked = {hermetic.INVOKED_FROM: str(config.invocation_params.dir)}
+    # pytest's root and ini file, judged to be the project's above, are the copy's there.
+    where = [f"--rootdir={folder}"] if config.option.rootdir else []
+    where += ["-c", str(folder / "pytest.ini")] if config.option.inifilename else []
+    _become_session(
+        config, checkout, folder, entry_point_plugins(config),
+        handoff=handoff, extra=invoked, args=where,
+    )  # fmt: skip
+
+
+def _become_session(
+    config: pytest.Config,
+    checkout: Path,
+    folder: Path,
+    plugins: tuple[list[str], list[str]],
+    *,
+    handoff: bool,
+    extra: dict[str, str] | None = None,
+    args: list[str] | None = None,
+) -> None:
+    """Replace this process with the session in ``folder`` (a snapshot, or a rehearsal's
+    copy), which deletes the folder however it ends; ``args`` go after the command line's,
+    so they win."""
+    try:
+        hermetic.private_world(snapshots.scratch(folder))
         argv = hermetic.command(
             checkout=checkout,
-            folder=snapshot.folder,
+            folder=folder,
             args=[
                 *config.invocation_params.args,
                 *hermetic.output_arguments(
                     hermetic.output_values(config), config.invocation_params.dir
                 ),
+                *(args or []),
             ],
-            plugins=hermetic.plugin_arguments(loaded, blocked),
+            plugins=hermetic.plugin_arguments(*plugins),
             addopts=os.environ.get("PYTEST_ADDOPTS"),
             pythonpath=os.environ.get("PYTHONPATH"),
         )
         capture = config.pluginmanager.getplugin("capturemanager")
         if capture is not None:
             capture.stop_global_capturing()
-        hermetic.exec_session(  # the session resets SIGTERM and deletes the snapshot itself
+        hermetic.exec_session(  # the session resets SIGTERM and deletes the folder itself
             argv,
-            cwd=snapshot.folder,
-            env=hermetic.session_environment(snapshot.folder),
+            cwd=folder,
+            env={**hermetic.session_environment(folder), **(extra or {})},
             handoff=handoff,
+            keep_stdin=bool(config.option.prereg_rehearse),
         )
     except BaseException as err:
-        snapshots.remove(snapshot.folder)
+        snapshots.remove(folder)
         if isinstance(err, OSError):
             raise pytest.UsageError(f"the hermetic session could not start: {err}") from None
         raise

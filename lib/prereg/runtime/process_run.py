@@ -396,13 +396,15 @@ def _refuse_outputs_over_records(config: pytest.Config, values: dict, stage: str
         )
 
 
-def resolve_rehearsal(config: pytest.Config, root: Path) -> ProcessRun:
-    """A rehearsal of the stage asked for: the plan pytest.ini names for it, read from the
-    working tree; the inputs and required runs bound as ``prereg approve`` would bind them;
-    a new folder name under ``runs/rehearsals/``. No approval is read, nothing is spent."""
+def check_rehearsal_command(config: pytest.Config, root: Path) -> None:
+    """What a rehearsal's command line may not do, judged before anything is copied or run
+    (and again in its session): name an output over the project's records, have pytest read
+    another ini file than ``root``'s pytest.ini, or set a variable the run's session would
+    not receive (the rehearsal's session does not either)."""
     stage = config.option.research_stage
-    confine_project_kinds(root)
     _refuse_outputs_over_records(config, hermetic.output_values(config), stage)
+    for why in option_policy.refused_variables(os.environ):
+        raise pytest.UsageError(f"rehearsal of stage {stage} refused (nothing ran): {why}")
     ini = config.inipath
     if ini is not None and ini.resolve() != (root / "pytest.ini").resolve():
         raise pytest.UsageError(
@@ -411,11 +413,25 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> ProcessRun:
             "plans; a rehearsal, as a run, reads that file from that folder: drop --rootdir "
             "and -c"
         )
+
+
+def resolve_rehearsal(config: pytest.Config, root: Path) -> ProcessRun:
+    """A rehearsal of the stage asked for, in its session: ``root`` holds the code (a copy
+    of the working tree, :func:`prereg.records.snapshot.working_copy`), the rehearsal folder
+    and the runs it reads belong to the checkout (``--prereg-checkout``, else ``root``). The
+    plan pytest.ini names for it; the inputs and required runs bound as ``prereg approve``
+    would bind them (paths as typed resolve in the folder the command was typed in); a new
+    folder name under ``runs/rehearsals/``. No approval is read, nothing is spent."""
+    stage = config.option.research_stage
+    checkout = Path(config.option.prereg_checkout or root)
+    invoked = Path(os.environ.get(hermetic.INVOKED_FROM) or config.invocation_params.dir)
+    confine_project_kinds(root)
+    check_rehearsal_command(config, root)
     asked = config.option.prereg_rehearse_plan
     plan_path = known_plan(root, config, stage) if asked is None else asked
     try:
-        where = Path(config.invocation_params.dir if asked else root, plan_path).resolve()
-        plan_path = where.relative_to(root.resolve()).as_posix()
+        where = Path(invoked if asked else checkout, plan_path).resolve()
+        plan_path = where.relative_to(checkout.resolve()).as_posix()
         plan = load_plan(root / plan_path)
         spec = plan.stage(stage)
     except (ValueError, KeyError, OSError) as err:  # outside the checkout, refused, no stage
@@ -429,7 +445,7 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> ProcessRun:
                 f"{list(spec['inputs'])}"
             )
         try:
-            inputs[name] = approvals.bind_input(Path(config.invocation_params.dir, path))
+            inputs[name] = approvals.bind_input(Path(invoked, path))
         except approvals.ApprovalError as err:
             raise pytest.UsageError(f"--rehearse-input {name}: {err}") from None
     missing = [name for name in spec["inputs"] if name not in inputs]
@@ -440,10 +456,10 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> ProcessRun:
     use_runs = _pairs(config.option.prereg_rehearse_use_runs, "--rehearse-use-run")
     required = {}
     for need in spec["requires"]:
-        rehearsed = whole_rehearsals(root, need)  # the newest last
+        rehearsed = whole_rehearsals(checkout, need)  # the newest last
         run_id = (
             use_runs.pop(need, None)
-            or approvals.latest_complete_run(root, need)
+            or approvals.latest_complete_run(checkout, need)
             or (rehearsed[-1] if rehearsed else None)
         )
         if run_id is None:
@@ -453,7 +469,7 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> ProcessRun:
                 f"--research-stage={need} --rehearse), or name a run with --rehearse-use-run "
                 f"{need}=RUN_ID"
             )
-        if not _consumable(root, need, run_id):
+        if not _consumable(checkout, need, run_id):
             raise pytest.UsageError(
                 f"--rehearse-use-run {need}={run_id}: no run folder runs/{run_id} with a manifest, "
                 f"nor a passing rehearsal of the whole stage {need} under runs/rehearsals/"
@@ -466,9 +482,9 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> ProcessRun:
         )
     threads = spec["threads_per_worker"]
     provenance.set_thread_environment(threads)  # inherited by xdist workers started later
-    name = new_rehearsal_name(root, stage)
+    name = new_rehearsal_name(checkout, stage)
     if not config.option.collectonly:  # a listing writes nothing, not even a folder
-        config.option.xmlpath = str(RehearsalLayout(root, name).junit)
+        config.option.xmlpath = str(RehearsalLayout(checkout, name).junit)
     plan_sha256, scale = sha256_file(root / plan_path), None
     scaled = None if config.option.prereg_rehearse_full_scale else rehearsal_data(plan.data, stage)
     if scaled is not None:  # read by this process and its workers; removed at its end
@@ -482,6 +498,7 @@ def resolve_rehearsal(config: pytest.Config, root: Path) -> ProcessRun:
         plan_path, plan_sha256 = scaled_path, sha256_file(Path(scaled_path))
     return ProcessRun(
         root=str(root),
+        checkout=str(checkout) if checkout != root else None,
         stage=stage,
         plan_path=plan_path,
         plan_sha256=plan_sha256,

@@ -1,7 +1,9 @@
 """A rehearsal: ``pytest --research-stage=S --rehearse``.
 
 The stage's items run through the same fixtures, item records, summary and terminal output
-as a run, from the working tree as it is (uncommitted edits included), with any selection
+as a run, in a session of their own as a run's do, from a read-only copy of the working tree
+as a commit of everything would hold it (uncommitted edits and new files included, no
+git-ignored file: :func:`prereg.records.snapshot.working_copy`), with any selection
 (``-k``, one item, ``--pdb``, ``--collect-only``) and without an approval: no gate is
 judged and no run id is spent. What it writes goes to
 ``runs/rehearsals/<stage>-<UTC stamp>/`` (:class:`prereg.records.runs.RehearsalLayout`), whose one
@@ -36,7 +38,7 @@ from prereg.kinds.plans import load_plan
 from prereg.kinds.stages import InputsRefused, load_kind
 from prereg.records import REHEARSAL_FORMAT, ledger, rehearsal_disclosure
 from prereg.records.runs import REHEARSAL_NOTE, RehearsalLayout, RunLayout, valid_run_id
-from prereg.runtime import option_policy, remote, signals
+from prereg.runtime import remote, signals
 from prereg.runtime.controller import Controller
 from prereg.runtime.process_run import PROCESS_RUN, ProcessRun
 
@@ -280,8 +282,6 @@ class Rehearsal(Controller):
         terminalreporter.write_line(f"record: {self.layout.record}")
         if self.status != "passed":
             return
-        for why in option_policy.refused_variables(os.environ):  # a rehearsal loads it; a run never
-            terminalreporter.write_line(f"WARNING: a run would be refused: {why}", red=True)
         if partial_selection(self.config) is None:
             terminalreporter.write_line(
                 f"it passed: commit, then approve and run it: prereg approve --stage "
