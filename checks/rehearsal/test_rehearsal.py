@@ -15,6 +15,7 @@ from prereg import records
 from prereg.base import seeds
 from prereg.base.hashing import sha256_file
 from prereg.records import runs
+from prereg.records import snapshot as snapshots
 from support.toy import ToyRepo, left_behind, make_toy_repo, private_tmp, stage_spec
 
 pytestmark = pytest.mark.software
@@ -194,9 +195,11 @@ def test_a_rehearsal_has_a_home_and_temporary_folder_of_its_own_as_a_run_has(tmp
     layout, _ = _only_rehearsal(toy)
     seen = [json.loads(p.read_text()) for p in layout.folder.glob("items/*/seen.json")]
     assert len(seen) == 2
-    for one in seen:
+    for one in seen:  # the scratch folder beside the session's copy of the working tree
         world = Path(one["home"]).parent
-        assert Path(one["home"]) != home and world.name.startswith("prereg-rehearsal-world-")
+        assert Path(one["home"]) != home
+        assert world.name.startswith(snapshots.PREFIX + snapshots.WORKING_TREE), world
+        assert world.name.endswith(snapshots.SCRATCH_SUFFIX), world
         assert Path(one["tmp"]) == world / "tmp"
         assert not world.exists()
 

@@ -21,9 +21,6 @@ which the next approval of the stage lists.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -33,7 +30,6 @@ import pytest
 from prereg.base import gitrepo
 from prereg.base.hashing import canonical_json, file_entries, sha256_file
 from prereg.decisions import manifest
-from prereg.evidence import hermetic
 from prereg.kinds.plans import load_plan
 from prereg.kinds.stages import InputsRefused, load_kind
 from prereg.records import REHEARSAL_FORMAT, ledger, rehearsal_disclosure
@@ -54,24 +50,9 @@ class Rehearsal(Controller):
         self.summary_note: str | None = None  # a selection's summary that could not run
         # (HEAD, dirty paths, the working tree's id) rehearsed
         self.tree: tuple[str | None, list[str], str | None] = (None, [], None)
-        # A home and temporary folder of its own, as a run has (its workers inherit them):
-        # an item that reads the user's dotfiles fails here as it would in the run.
-        self.world = Path(tempfile.mkdtemp(prefix="prereg-rehearsal-world-"))
-        hermetic.private_world(self.world)
-        own = hermetic.private_variables(self.world, os.environ)
-        self.environ_before = {name: os.environ.get(name) for name in own}
-        os.environ.update(own)
-        tempfile.tempdir = None  # read TMPDIR again
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         super().pytest_unconfigure(config)
-        for name, value in self.environ_before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        tempfile.tempdir = None
-        shutil.rmtree(self.world, ignore_errors=True)
         if self.run.rehearsal_scale is not None:  # the scaled plan it read
             Path(self.run.plan_path).unlink(missing_ok=True)
 
