@@ -668,3 +668,52 @@ def test_a_package_installed_after_the_gate_is_refused_by_the_environment_the_ga
     assert at_gate.account(early) is None
     assert "not listed in the RECORD" in (at_gate.account(late) or ""), at_gate.account(late)
     assert execution.Environment.read(REPO).account(late) is None, "a fresh read accepts it"
+
+
+SHARED_LIBRARY_SCENARIO = """
+import ctypes, json, shutil, sys
+from pathlib import Path
+from prereg.evidence import execution
+site = sys.argv[1]
+ctypes.CDLL(str(Path(site, "fakelib.libs", "libfake.so")))  # mapped, as a bundled library is
+ctypes.CDLL(str(Path(site, "stray.so")))  # mapped, listed in no RECORD
+installed = execution.Installed.scan([site])
+out = {"mapped": execution.mapped_libraries([site])}
+out["before"] = {Path(p).name: installed.check(p) for p in out["mapped"]}
+library = Path(site, "fakelib.libs", "libfake.so")
+other = library.with_name("replacement")
+other.write_bytes(library.read_bytes() + b"replaced after it was loaded")
+other.replace(library)  # the mapped one is now deleted; the path holds other bytes
+out["after"] = installed.check(str(library.resolve()))
+checkout = execution.Checkout(top=site, blobs={}, others=[], ignored=[], strict=False)
+env = execution.Environment(checkout, [checkout], installed, [site], [], {})
+judged = execution.problems(Path(site), [], worker=True, env=env)
+out["judged"] = [p for p in judged if p.startswith("loaded code shared library")]
+print(json.dumps(out))
+"""
+
+
+def test_a_shared_library_an_extension_loads_is_checked_against_its_record(tmp_path):
+    # Shared libraries a distribution bundles (numpy's OpenBLAS) are listed in its RECORD
+    # with a hash, but no module's file names them: they were never compared.
+    site = tmp_path / "site"
+    candidates = sorted(Path("/usr/lib").rglob("libz.so*")) or sorted(
+        Path("/lib").rglob("libz.so*")
+    )
+    if not candidates:
+        pytest.skip("no libz.so to load on this machine")
+    data = candidates[0].read_bytes()
+    fake_distribution(site, "fakelib", {"fakelib.libs/libfake.so": data}, {})
+    (site / "stray.so").write_bytes(data)
+    done = subprocess.run(
+        [sys.executable, "-c", SHARED_LIBRARY_SCENARIO, str(site)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = json.loads(done.stdout)
+    assert [Path(p).name for p in out["mapped"]] == ["libfake.so", "stray.so"]
+    assert out["before"]["libfake.so"] is None
+    assert "is not listed in the RECORD of any installed distribution" in out["before"]["stray.so"]
+    assert "differs from the RECORD of fakelib 1.0" in out["after"]
+    judged = [line.split(" from ")[1].split(" ")[0] for line in out["judged"]]
+    assert judged == ["fakelib.libs/libfake.so", "stray.so"]  # the replaced one, the stray one

@@ -10,20 +10,25 @@ from pathlib import Path
 
 
 def fake_distribution(
-    site: Path, name: str, files: dict[str, str], extra: dict[str, str], version: str = "1.0"
+    site: Path,
+    name: str,
+    files: dict[str, str | bytes],
+    extra: dict[str, str],
+    version: str = "1.0",
 ) -> Path:
     """A distribution ``name`` at ``version`` installed in ``site``: its files (relative to
-    ``site``) and a RECORD listing each with its SHA-256, plus ``extra`` metadata files (for
-    example ``entry_points.txt``). Returns its ``.dist-info`` folder."""
+    ``site``; text or bytes) and a RECORD listing each with its SHA-256, plus ``extra``
+    metadata files (for example ``entry_points.txt``). Returns its ``.dist-info`` folder."""
     meta = Path(site) / f"{name}-{version}.dist-info"
     meta.mkdir(parents=True)
     (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     rows = []
-    for rel, text in files.items():
+    for rel, content in files.items():
+        data = content.encode() if isinstance(content, str) else content
         (Path(site) / rel).parent.mkdir(parents=True, exist_ok=True)
-        (Path(site) / rel).write_text(text)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        rows.append(f"{rel},sha256={digest.decode()},{len(text)}")
+        (Path(site) / rel).write_bytes(data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+        rows.append(f"{rel},sha256={digest.decode()},{len(data)}")
     for rel, text in extra.items():
         (meta / rel).write_text(text)
     rows.append(f"{meta.name}/RECORD,,")

@@ -225,15 +225,35 @@ class Installed:
                 f"{recorded.version} ({recorded.hash or 'none'}), so its bytes are bound by "
                 "nothing: reinstall that distribution with pip, which records sha256"
             )
-        with open(path, "rb") as handle:
-            digest = hashlib.new(algorithm, handle.read()).digest()
-        have = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-        if have != want:
+        if _record_hash(path, algorithm) != want:
             return (
                 f"differs from the RECORD of {recorded.distribution} {recorded.version}: "
                 "reinstall that distribution"
             )
         return None
+
+
+# path -> (its status when hashed, (algorithm, its RECORD-style hash)): a file is hashed again
+# only when its inode, size, modification or change time differ (a replaced or rewritten
+# file changes its change time, which no caller can set), so the many checks of one process
+# (the gate, at collection, at the end) read a large shared library once.
+_HASHED: dict[str, tuple[tuple, tuple[str, str]]] = {}
+
+
+def _record_hash(path: str, algorithm: str) -> str:
+    """The file's hash as a RECORD writes it (urlsafe base64, unpadded)."""
+    status = os.stat(path)
+    key = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+    known = _HASHED.get(path)
+    if known is not None and known[0] == key and known[1][0] == algorithm:
+        return known[1][1]
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    have = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+    _HASHED[path] = (key, (algorithm, have))
+    return have
 
 
 @dataclass
@@ -325,6 +345,28 @@ def _module_file(module: object) -> str | None:
     while not os.path.exists(path) and os.path.dirname(path) != path:
         path = os.path.dirname(path)  # a module inside a zip archive: the archive
     return path if os.path.isfile(path) else None  # None: a made-up name (torch.ops)
+
+
+SHARED_LIBRARY = "shared library"
+
+
+def mapped_libraries(sites: list[str]) -> list[str]:
+    """The shared libraries mapped into this process from the site-packages folders
+    ``sites`` (Linux: ``/proc/self/maps``; elsewhere none): the ones an extension module
+    loads (numpy's bundled OpenBLAS, torch's libraries), which no module's file names. Each
+    must be an unchanged file of an installed distribution's RECORD, as a module must."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    found = set()
+    for line in maps.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith("/") and ".so" in fields[5]:
+            path = _real(fields[5])  # a replaced file reads "... (deleted)": it cannot be read
+            if any(_under(path, site) for site in sites):
+                found.add(path)
+    return sorted(found)
 
 
 def loaded_files(plugins: list[tuple[str, object]]) -> dict[str, list[str]]:
@@ -896,6 +938,8 @@ def problems(
             "without -O and unset PYTHONOPTIMIZE"
         )
     files = loaded_files(plugins)
+    for library in mapped_libraries(env.sites):
+        files.setdefault(library, []).append(SHARED_LIBRARY)
     found += _module_problems(env, files)
     found += [] if session_follows else _installed_bytecode_problems(env, files)
     found += [] if worker else _main_problems()
