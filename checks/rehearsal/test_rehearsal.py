@@ -373,3 +373,31 @@ def test_a_rehearsal_reads_what_the_run_reads_so_a_git_ignored_file_fails_it_as_
     )
     again = toy.pytest("--research-stage=toy", "--rehearse")
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_a_rehearsal_with_options_a_run_refuses_passes_but_counts_for_no_approval(tmp_path):
+    # A rehearsal takes options a run refuses (for debugging); one that passed with them
+    # said "it passed: approve" although the run's world differs: it predicts nothing.
+    toy = make_toy_repo(tmp_path / "toy")
+    done = toy.pytest("--research-stage=toy", "--rehearse", "-W", "ignore")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "it passed, but a run refuses this command line" in done.stdout, done.stdout
+    assert "-W ignore changes pytest.ini's warning filters" in done.stdout, done.stdout
+    _, record = _only_rehearsal(toy)
+    assert record["status"] == "passed" and record["selection"] is None
+    assert record["run_would_refuse"] and not records.passed_whole_stage(record)
+    disclosed = _disclosure(toy, record["name"])
+    assert disclosed["run_would_refuse"] == record["run_would_refuse"]
+    approved = toy.approve("toy", RUN_ID)
+    assert "no passing rehearsal of the whole stage toy ran this commit's tree" in (
+        approved.stdout + approved.stderr
+    )
+    plain = toy.pytest("--research-stage=toy", "--rehearse")
+    assert "it passed: commit, then approve" in plain.stdout, plain.stdout
+    assert records.passed_whole_stage(
+        json.loads(
+            runs.RehearsalLayout(
+                toy.root, runs.all_rehearsals(toy.root)[-1]["name"]
+            ).record.read_text()
+        )
+    )

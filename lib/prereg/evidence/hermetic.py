@@ -68,6 +68,9 @@ CACHE_HOME = "XDG_CACHE_HOME"
 # Set in a rehearsal's session: the folder the user typed the command in, against which its
 # relative --rehearse-plan and --rehearse-input paths resolve (its own is the copy).
 INVOKED_FROM = "PREREG_INVOKED_FROM"
+# Set in a rehearsal's session: why a run would refuse the command line the user typed (JSON
+# list), judged by the launcher before it added the session's own arguments.
+RUN_WOULD_REFUSE = "PREREG_RUN_WOULD_REFUSE"
 # Plugins a session never loads: they would write into the snapshot (.pytest_cache).
 BLOCKED_PLUGINS = ("cacheprovider", "stepwise")
 BOOT = "hermetic_boot.py"

@@ -240,13 +240,21 @@ DISCLOSURE_SCHEMA = {
     "selection": Nullable(str),
     "items_selected": NonNegativeInt,
     "summary_files": NonNegativeInt,
+    # why a run would refuse the rehearsal's command line (an option, -p, -o): such a
+    # rehearsal predicts nothing of the run (absent: a rehearsal made before it was said)
+    "run_would_refuse": Optional([str]),
 }
 
 
 def passed_whole_stage(record: dict) -> bool:
-    """A rehearsal (its record or disclosure) that passed over every item of its stage: one
-    an approval's tree may have been tried by, and a rehearsal of a stage requiring it may read."""
-    return record.get("status") == "passed" and record.get("selection") is None
+    """A rehearsal (its record or disclosure) that passed over every item of its stage with
+    a command line a run would take: one an approval's tree may have been tried by, and a
+    rehearsal of a stage requiring it may read."""
+    return (
+        record.get("status") == "passed"
+        and record.get("selection") is None
+        and not record.get("run_would_refuse")
+    )
 
 
 def rehearsal_disclosure(record: dict) -> dict:
@@ -477,6 +485,7 @@ REHEARSAL_SCHEMA = {
     "elapsed_seconds": NonNegativeFloat,
     "items_selected": NonNegativeInt,
     "selection": Nullable(str),
+    "run_would_refuse": Optional([str]),  # as in DISCLOSURE_SCHEMA
     "summary_note": Nullable(str),
     "items": [dict],
     "summary_files": [FILE_ENTRY],

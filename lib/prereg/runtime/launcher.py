@@ -10,6 +10,7 @@ their own.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -28,6 +29,7 @@ from prereg.runtime.process_run import (
     STAGE_OPTION,
     ProcessRun,
     check_rehearsal_command,
+    refused_by_a_run,
     resolve_rehearsal,
     resolve_research_run,
     worker_process_run,
@@ -92,7 +94,10 @@ def launch_rehearsal(config: pytest.Config) -> None:
             f"{STAGE_OPTION}={config.option.research_stage} {REHEARSE_OPTION}: the working "
             f"tree cannot be rehearsed (nothing ran): {err}"
         ) from None
-    invoked = {hermetic.INVOKED_FROM: str(config.invocation_params.dir)}
+    invoked = {
+        hermetic.INVOKED_FROM: str(config.invocation_params.dir),
+        hermetic.RUN_WOULD_REFUSE: json.dumps(refused_by_a_run(config, root)),
+    }
     # pytest's root and ini file, judged to be the project's above, are the copy's there.
     where = [f"--rootdir={folder}"] if config.option.rootdir else []
     where += ["-c", str(folder / "pytest.ini")] if config.option.inifilename else []

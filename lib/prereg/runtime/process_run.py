@@ -298,6 +298,34 @@ def registered_options(parser) -> dict[str, tuple[tuple[str, ...], Any]]:
     return found
 
 
+# A rehearsal's own options, which a run does not take and a rehearsal's prediction ignores.
+REHEARSAL_OPTIONS = (
+    "prereg_rehearse", "prereg_rehearse_full_scale", "prereg_rehearse_plan",
+    "prereg_rehearse_inputs", "prereg_rehearse_use_runs",
+)  # fmt: skip
+
+
+def refused_by_a_run(config: pytest.Config, root: Path, registered: dict | None = None) -> list:
+    """Why a research run would refuse this command line's options (the option policy,
+    :func:`prereg.runtime.option_policy.refused_options`), a rehearsal's own aside."""
+    if registered is None:
+        registered = registered_options(config._parser)
+    for dest in REHEARSAL_OPTIONS:
+        registered.pop(dest, None)
+    return option_policy.refused_options(
+        config.option,
+        rootpath=root,
+        args_from_command_line=config.args_source == pytest.Config.ArgsSource.ARGS,
+        typed=[
+            *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
+            *config.getini("addopts"),
+            *config.invocation_params.args,
+        ],
+        installed_plugins=hermetic.installed_plugins(),
+        registered=registered,
+    )
+
+
 def resolve_research_run(config: pytest.Config, root: Path, listing: bool = False) -> ProcessRun:
     """The run asked for: ``root`` holds the code (a session's snapshot), the approval and
     the run folder belong to the checkout (``--prereg-checkout``, else ``root``)."""
@@ -309,18 +337,9 @@ def resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fals
     if config.option.prereg_checkout:  # a session: the launcher judged the command line, and
         for dest in hermetic.OUTPUT_OPTIONS:  # passes pytest.ini's output files resolved
             registered.pop(dest, None)
-    refused = option_policy.refused_options(
-        config.option,
-        rootpath=root,
-        args_from_command_line=config.args_source == pytest.Config.ArgsSource.ARGS,
-        typed=[
-            *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
-            *config.getini("addopts"),
-            *config.invocation_params.args,
-        ],
-        installed_plugins=hermetic.installed_plugins(),
-        registered=registered,
-    ) + option_policy.refused_variables(os.environ)
+    refused = refused_by_a_run(config, root, registered) + option_policy.refused_variables(
+        os.environ
+    )
     if not listing and refused:  # before the plan is looked for: --rootdir moves it
         raise pytest.UsageError(option_policy.refusal_message(stage, refused))
     known_plan(root, config, stage)

@@ -21,6 +21,8 @@ which the next approval of the stage lists.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -30,6 +32,7 @@ import pytest
 from prereg.base import gitrepo
 from prereg.base.hashing import canonical_json, file_entries, sha256_file
 from prereg.decisions import manifest
+from prereg.evidence import hermetic
 from prereg.kinds.plans import load_plan
 from prereg.kinds.stages import InputsRefused, load_kind
 from prereg.records import REHEARSAL_FORMAT, ledger, rehearsal_disclosure
@@ -50,6 +53,10 @@ class Rehearsal(Controller):
         self.summary_note: str | None = None  # a selection's summary that could not run
         # (HEAD, dirty paths, the working tree's id) rehearsed
         self.tree: tuple[str | None, list[str], str | None] = (None, [], None)
+        # why a run would refuse the command line typed (judged by the launcher)
+        self.run_would_refuse: list[str] = json.loads(
+            os.environ.get(hermetic.RUN_WOULD_REFUSE) or "[]"
+        )
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         super().pytest_unconfigure(config)
@@ -217,6 +224,7 @@ class Rehearsal(Controller):
             "elapsed_seconds": round(time.time() - self.started, 3),
             "items_selected": len(self.expected),
             "selection": partial_selection(self.config),
+            "run_would_refuse": self.run_would_refuse,
             "summary_note": self.summary_note,
             "items": items or [],
             "summary_files": file_entries(summary) if summary.is_dir() else [],
@@ -263,13 +271,21 @@ class Rehearsal(Controller):
         terminalreporter.write_line(f"record: {self.layout.record}")
         if self.status != "passed":
             return
-        if partial_selection(self.config) is None:
+        if partial_selection(self.config) is not None:
+            terminalreporter.write_line("the selection passed: rehearse the whole stage next")
+        elif self.run_would_refuse:
+            terminalreporter.write_line(
+                "it passed, but a run refuses this command line, so it predicts nothing of the "
+                "run and approve does not count it; rehearse without these:",
+                yellow=True,
+            )
+            for why in self.run_would_refuse:
+                terminalreporter.write_line(f"  {why}", yellow=True)
+        else:
             terminalreporter.write_line(
                 f"it passed: commit, then approve and run it: prereg approve --stage "
                 f"{self.run.stage}"
             )
-        else:
-            terminalreporter.write_line("the selection passed: rehearse the whole stage next")
 
 
 def _working_tree(root) -> tuple[str | None, list[str], str | None]:
