@@ -118,6 +118,7 @@ def test_a_run_executes_the_committed_snapshot_in_an_allow_listed_environment(tm
     assert (Path(probe["home"]), Path(probe["tmp"])) == (scratch / "home", scratch / "tmp")
     assert not scratch.exists()
     assert manifest["environment"]["execution"]["PYTEST_ADDOPTS"] is None
+    assert manifest["environment"]["execution"]["verified_import_folders"] == [str(folder)]
     audit = toy.audit(RUN)
     assert audit.returncode == 0, audit.stdout
 

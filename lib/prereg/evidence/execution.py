@@ -1021,6 +1021,8 @@ def record(
         "environment_set_in_session": set_since,
         "passed_variables": {n: os.environ[n] for n in PASSED_VARIABLES if n in os.environ},
         "sys_path": list(sys.path),
+        # the folders whose modules were compared as compiled, not as found later (.imports)
+        "verified_import_folders": imports.watched(),
         "xdist_workers": worker_specs(plugins),
         "plugins": sorted(plugin_records, key=lambda p: p["name"]),
         **{

@@ -167,3 +167,9 @@ def verdict(path: str | os.PathLike, expected: str, algorithm: str) -> str | Non
             "the snapshot's proof and its import): the run's code is not the approved code"
         )
     return None
+
+
+def watched() -> list[str]:
+    """The folders whose reads this process records (empty: none; the execution record says
+    which protection ran)."""
+    return list(_WATCHED)
