@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -381,7 +382,7 @@ def test_a_rehearsal_with_options_a_run_refuses_passes_but_counts_for_no_approva
     toy = make_toy_repo(tmp_path / "toy")
     done = toy.pytest("--research-stage=toy", "--rehearse", "-W", "ignore")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "it passed, but a run refuses this command line" in done.stdout, done.stdout
+    assert "it passed, but a run would be refused for what follows" in done.stdout, done.stdout
     assert "-W ignore changes pytest.ini's warning filters" in done.stdout, done.stdout
     _, record = _only_rehearsal(toy)
     assert record["status"] == "passed" and record["selection"] is None
@@ -401,3 +402,44 @@ def test_a_rehearsal_with_options_a_run_refuses_passes_but_counts_for_no_approva
             ).record.read_text()
         )
     )
+
+
+IMPORTS_FROM_AN_ARCHIVE = """
+import sys, zipfile
+from pathlib import Path
+import pytest
+
+sys.path.insert(0, str(Path(__file__).with_name("lib.zip")))
+import zipmod  # noqa: E402  -- code from an archive, whose bytes no loader shows prereg
+
+pytestmark = pytest.mark.research_stage("toy")
+
+
+@pytest.mark.parametrize("cell", range(2), ids=lambda c: f"cell{c}")
+def test_cell(cell, research):
+    research.coords(cell=cell)
+    (research.outputs / "result.txt").write_text(str(zipmod.VALUE))
+"""
+
+
+def test_a_rehearsal_loading_code_a_run_refuses_passes_but_counts_for_no_approval(tmp_path):
+    # Code imported from a committed zip archive: the run refuses it before the spend (no
+    # covered loader showed its bytes), but its rehearsal said "it passed: approve".
+    toy = make_toy_repo(tmp_path / "toy")
+    experiments = toy.root / "experiments"
+    (experiments / "test_toy.py").write_text(IMPORTS_FROM_AN_ARCHIVE)
+    with zipfile.ZipFile(experiments / "lib.zip", "w") as archive:
+        archive.writestr("zipmod.py", "VALUE = 1\n")
+    toy.commit("A stage importing code from an archive")
+    done = toy.pytest("--research-stage=toy", "--rehearse")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "it passed, but a run would be refused for what follows" in done.stdout, done.stdout
+    _, record = _only_rehearsal(toy)
+    assert any(
+        why.startswith("[execution]") and "zipmod" in why and "does not show prereg" in why
+        for why in record["run_would_refuse"]
+    ), record["run_would_refuse"]
+    assert not records.passed_whole_stage(record)
+    toy.approve("toy", RUN_ID)
+    run = toy.pytest("--research-stage=toy")
+    assert run.returncode == 4 and "loaded code zipmod" in run.stderr, run.stdout + run.stderr

@@ -378,11 +378,12 @@ def resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fals
 
 
 def watch_snapshot_imports(config: pytest.Config) -> None:
-    """A research session, its listing and its workers, which run from a snapshot, record what
-    their loaders compile from it from now on (:mod:`prereg.evidence.imports`), before any
-    conftest.py or test module is imported."""
+    """A research session, its listing and its workers, and a rehearsal's session, which run
+    from a snapshot (or a rehearsal's copy), record what their loaders compile from it from
+    now on (:mod:`prereg.evidence.imports`), before any conftest.py or test module is
+    imported."""
     args = config.known_args_namespace
-    if not getattr(args, "research_stage", None) or getattr(args, "prereg_rehearse", False):
+    if not getattr(args, "research_stage", None):
         return
     if Path(config.rootpath).name.startswith(snapshots.PREFIX):
         imports.watch(config.rootpath, rewriter=rewrite)

@@ -32,10 +32,11 @@ import pytest
 from prereg.base import gitrepo
 from prereg.base.hashing import canonical_json, file_entries, sha256_file
 from prereg.decisions import manifest
-from prereg.evidence import hermetic
+from prereg.evidence import execution, hermetic
 from prereg.kinds.plans import load_plan
 from prereg.kinds.stages import InputsRefused, load_kind
 from prereg.records import REHEARSAL_FORMAT, ledger, rehearsal_disclosure
+from prereg.records import snapshot as snapshots
 from prereg.records.runs import REHEARSAL_NOTE, RehearsalLayout, RunLayout, valid_run_id
 from prereg.runtime import remote, signals
 from prereg.runtime.controller import Controller
@@ -120,6 +121,7 @@ class Rehearsal(Controller):
             return
         self.refuse(self._worker_refusals())
         self.expected = list(about_to_run)
+        self.run_would_refuse = self.run_would_refuse + self._execution_refusals()
         try:
             self.run_dir.mkdir(parents=True, exist_ok=False)
         except OSError as err:
@@ -133,6 +135,18 @@ class Rehearsal(Controller):
         self._write_record(status="running")
         self.layout.progress_log.touch()
         self.saved_handlers = signals.install_signal_handlers()
+
+    def _execution_refusals(self) -> list[str]:
+        """What a run's execution check would refuse in the code this process loaded by
+        collection, judged on the rehearsal's copy of the working tree as a run's is on its
+        snapshot (a module no covered loader read, a planted bytecode file, a sys.path entry
+        outside the project): a rehearsal that loads such code predicts no run."""
+        algorithm = gitrepo.object_format(self.root)
+        tree, blobs = snapshots.read_folder(self.code_root, algorithm)
+        copy = snapshots.Snapshot(self.code_root, "", tree, blobs, algorithm)
+        plugins = self.config.pluginmanager.list_name_plugin()
+        found = execution.problems(self.code_root, plugins, snapshot=copy)
+        return [f"[execution] {problem}" for problem in found]
 
     def execution_at_end(self) -> list[str]:
         return []  # a rehearsal judges no execution condition: its code is whatever is here
@@ -275,8 +289,8 @@ class Rehearsal(Controller):
             terminalreporter.write_line("the selection passed: rehearse the whole stage next")
         elif self.run_would_refuse:
             terminalreporter.write_line(
-                "it passed, but a run refuses this command line, so it predicts nothing of the "
-                "run and approve does not count it; rehearse without these:",
+                "it passed, but a run would be refused for what follows, so it predicts "
+                "nothing of the run and approve does not count it:",
                 yellow=True,
             )
             for why in self.run_would_refuse:
