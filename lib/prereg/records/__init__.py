@@ -240,8 +240,9 @@ DISCLOSURE_SCHEMA = {
     "selection": Nullable(str),
     "items_selected": NonNegativeInt,
     "summary_files": NonNegativeInt,
-    # why a run would refuse the rehearsal's command line (an option, -p, -o): such a
-    # rehearsal predicts nothing of the run (absent: a rehearsal made before it was said)
+    # why a run would be refused where the rehearsal was not (an option, -p, -o of its command
+    # line; code its execution check refuses): such a rehearsal predicts nothing of the run
+    # (absent: a rehearsal made before it was said)
     "run_would_refuse": Optional([str]),
 }
 

@@ -54,7 +54,8 @@ class Rehearsal(Controller):
         self.summary_note: str | None = None  # a selection's summary that could not run
         # (HEAD, dirty paths, the working tree's id) rehearsed
         self.tree: tuple[str | None, list[str], str | None] = (None, [], None)
-        # why a run would refuse the command line typed (judged by the launcher)
+        # why a run would be refused: the command line typed (judged by the launcher), then
+        # the code collection loaded (:meth:`_execution_refusals`)
         self.run_would_refuse: list[str] = json.loads(
             os.environ.get(hermetic.RUN_WOULD_REFUSE) or "[]"
         )
