@@ -443,3 +443,5 @@ def test_a_rehearsal_loading_code_a_run_refuses_passes_but_counts_for_no_approva
     toy.approve("toy", RUN_ID)
     run = toy.pytest("--research-stage=toy")
     assert run.returncode == 4 and "loaded code zipmod" in run.stderr, run.stdout + run.stderr
+    assert "lib.zip is a file, an archive Python imports code from" in run.stderr, run.stderr
+    assert "lies outside" not in run.stderr, run.stderr

@@ -541,9 +541,15 @@ def _path_problems(env: Environment) -> list[str]:
         if not os.path.exists(path):
             continue  # the import system never looks there again (path_importer_cache)
         allowed = [*env.sites, *(c.top for c in env.checkouts), *env.stdlib]
-        if any(_under(path, folder) for folder in allowed) and (
-            not os.path.isfile(path) or env.account(path) is None
-        ):
+        inside = any(_under(path, folder) for folder in allowed)
+        if inside and (not os.path.isfile(path) or env.account(path) is None):
+            continue
+        if inside:
+            found.append(
+                f"sys.path entry {entry} is a file, an archive Python imports code from: "
+                "that code shows prereg no bytes it compiled, so nothing checks it; import "
+                "modules from the project's folders instead"
+            )
             continue
         found.append(
             f"sys.path entry {entry or '(current folder)'} lies outside the approved checkout, "
