@@ -287,6 +287,9 @@ def sweep(parent: Path | None = None) -> list[Path]:
 # -- a git input at its bound commit ---------------------------------------------------------
 
 
+_CHECKED_OUT: dict[Path, str] = {}  # input clone folder -> its commit, in this process
+
+
 def input_checkout(repository: Path, commit: str, folder: Path) -> Path:
     """The git repository bound as an input, as the run reads it: a clone in ``folder`` whose
     HEAD is ``commit`` (detached) and whose working tree is that commit's, whatever the
@@ -296,10 +299,13 @@ def input_checkout(repository: Path, commit: str, folder: Path) -> Path:
     run's workers share it); the working tree is proved against the commit's tree from the
     bytes on disk before it is used. Raises :class:`SnapshotError` when it cannot be made."""
     folder = Path(folder)
+    if _CHECKED_OUT.get(folder) == commit and folder.is_dir():
+        return folder  # made or checked by this process already: each item asks again
     if folder.is_dir():
         head = gitrepo.resolve(folder, "HEAD")
         if head != commit:
             raise SnapshotError(f"{folder} holds commit {head}, not the bound {commit}")
+        _CHECKED_OUT[folder] = commit
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
@@ -323,4 +329,5 @@ def input_checkout(repository: Path, commit: str, folder: Path) -> Path:
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
+    _CHECKED_OUT[folder] = commit
     return folder

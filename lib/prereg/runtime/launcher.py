@@ -56,7 +56,8 @@ def launch(config: pytest.Config) -> None:
     or runs an item itself (it does not return). A rehearsal passes no gate and becomes its
     session in a copy of the working tree (:func:`launch_rehearsal`)."""
     if config.option.prereg_rehearse:
-        launch_rehearsal(config)
+        launch_rehearsal(config)  # does not return
+        return
     root = Path(config.rootpath)
     run = resolve_research_run(config, root)
     record, _, gathered = pass_gate(config, run, session_follows=True)
