@@ -445,3 +445,20 @@ def test_a_rehearsal_loading_code_a_run_refuses_passes_but_counts_for_no_approva
     assert run.returncode == 4 and "loaded code zipmod" in run.stderr, run.stdout + run.stderr
     assert "lib.zip is a file, an archive Python imports code from" in run.stderr, run.stderr
     assert "lies outside" not in run.stderr, run.stderr
+
+
+def test_a_rehearsal_started_with_pythonpath_outside_the_project_counts_for_no_approval(tmp_path):
+    # A run started with PYTHONPATH naming a folder outside the project is refused before the
+    # spend; its rehearsal's session never received the entry and said "it passed: approve".
+    toy = make_toy_repo(tmp_path / "toy")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = toy.pytest("--research-stage=toy", "--rehearse", env={"PYTHONPATH": str(elsewhere)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "it passed, but a run would be refused for what follows" in done.stdout, done.stdout
+    _, record = _only_rehearsal(toy)
+    assert any(
+        why.startswith("[execution] sys.path entry") and str(elsewhere) in why
+        for why in record["run_would_refuse"]
+    ), record["run_would_refuse"]
+    assert not records.passed_whole_stage(record)

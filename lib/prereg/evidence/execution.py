@@ -584,6 +584,15 @@ def _installed_bytecode_problems(env: Environment, files: dict[str, list[str]]) 
     return found
 
 
+def environment_problems_of_launcher(root: Path) -> list[str]:
+    """What a run's launcher refuses in the environment it was started in, whatever the code:
+    ``sys.path`` entries (``PYTHONPATH``) and ``.pth`` hooks outside the checkout and the
+    recorded packages. A rehearsal asks it, so that one started where a run would be refused
+    says so."""
+    env = Environment.read(Path(root))
+    return _path_problems(env) + _pth_problems(env)
+
+
 def _pth_problems(env: Environment) -> list[str]:
     found = []
     for folder in env.sites:

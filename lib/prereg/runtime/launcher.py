@@ -19,7 +19,7 @@ import pytest
 
 from prereg.base import gitrepo
 from prereg.decisions import gate
-from prereg.evidence import hermetic
+from prereg.evidence import execution, hermetic
 from prereg.records import snapshot as snapshots
 from prereg.runtime.controller import Controller, pass_gate, refuse
 from prereg.runtime.listing import entry_point_plugins
@@ -97,7 +97,10 @@ def launch_rehearsal(config: pytest.Config) -> None:
         ) from None
     invoked = {
         hermetic.INVOKED_FROM: str(config.invocation_params.dir),
-        hermetic.RUN_WOULD_REFUSE: json.dumps(refused_by_a_run(config, root)),
+        hermetic.RUN_WOULD_REFUSE: json.dumps(
+            refused_by_a_run(config, root)
+            + [f"[execution] {p}" for p in execution.environment_problems_of_launcher(checkout)]
+        ),
     }
     # pytest's root and ini file, judged to be the project's above, are the copy's there.
     where = [f"--rootdir={folder}"] if config.option.rootdir else []
