@@ -1,4 +1,5 @@
-"""The ``prereg`` command: init, approve, validate-inputs, audit, runs, status, demo, report."""
+"""The ``prereg`` command: init, approve, validate-inputs, audit, runs, status, demo, report,
+keys, register, verify."""
 
 from __future__ import annotations
 
@@ -404,6 +405,84 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys(args: argparse.Namespace) -> int:
+    # loaded by the command that uses it, so `prereg --help` stays light
+    from prereg.commands import signing
+    from prereg.proof import keys
+
+    try:
+        if args.action == "runner":
+            home = os.environ.get(gitrepo.USER_HOME) or os.environ.get("HOME")
+            path = Path(args.key) if args.key else keys.runner_key_path(home=home)
+            line, made = signing.runner_key(path)
+            print(f"{'made' if made else 'runner key'}: {path}")
+            print(
+                f"its line for {keys.role_path(keys.RUNNERS)}: prereg keys add runners "
+                f"NAME {path}.pub"
+            )
+            print(line)
+            return 0
+        if args.role is None or args.principal is None or args.public is None:
+            print("prereg keys add: needs ROLE NAME KEY.pub", file=sys.stderr)
+            return 2
+        root = _root()
+        made = signing.ensure_role_files(root)
+        line = signing.add_signer(root, args.role, args.principal, Path(args.public))
+    except (signing.SigningRefused, keys.KeyProblem) as err:
+        print(f"prereg keys: refused: {err}", file=sys.stderr)
+        return 2
+    for path in made:
+        print(f"made {path} (empty: a role with no key yet)")
+    print(f"added to {keys.role_path(args.role)}: {line}")
+    print(
+        f"commit it (git add {keys.ROLES_DIR} && git commit -S ...): after the card's freeze "
+        "commit, a role file changes only in a commit an approver signs"
+    )
+    return 0
+
+
+def cmd_register(args: argparse.Namespace) -> int:
+    # loaded by the command that uses it, so `prereg --help` stays light
+    from prereg.commands import signing
+    from prereg.proof.card import CardProblem
+
+    try:
+        text = signing.register(_root(), args.commit)
+    except (signing.SigningRefused, CardProblem) as err:
+        print(f"prereg register: refused: {err}", file=sys.stderr)
+        return 2
+    if args.output:
+        Path(args.output).write_text(text)
+        print(
+            f"registration card written to {args.output}: publish it outside the repository "
+            "(OSF, a registered report, mail to the approvers) before any run",
+            file=sys.stderr,
+        )
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    # loaded by the command that uses it, so `prereg --help` stays light
+    from prereg.commands import signing
+    from prereg.proof.card import CardProblem
+    from prereg.proof.verify import COULD_NOT
+
+    run_dir = Path(args.run_dir).absolute()
+    root = Path(args.repo).absolute() if args.repo else None
+    try:
+        root = root or gitrepo.toplevel(run_dir if run_dir.is_dir() else run_dir.parent)
+        if not run_dir.is_dir():
+            raise CardProblem(f"{args.run_dir} is not a run folder")
+        verdict = signing.verify(root, run_dir, Path(args.card))
+    except (CardProblem, gitrepo.GitError) as err:
+        print(f"verify {run_dir.name}: could not verify\n  - {err}")
+        return COULD_NOT
+    print("\n".join(signing.describe(verdict)))
+    return verdict.code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="prereg", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -538,6 +617,38 @@ def build_parser() -> argparse.ArgumentParser:
         "frozen before OTHER runs",
     )
     init.set_defaults(func=cmd_init)
+
+    keys = sub.add_parser(
+        "keys",
+        help="the runner's signing key (runner), or a key added to a role file (add ROLE NAME KEY.pub)",
+    )
+    keys.add_argument("action", choices=("runner", "add"))
+    keys.add_argument("role", nargs="?", choices=("approvers", "runners", "auditors"))
+    keys.add_argument("principal", nargs="?", metavar="NAME", help="e.g. alice@lab")
+    keys.add_argument("public", nargs="?", metavar="KEY.pub", help="an ssh-ed25519 public key file")
+    keys.add_argument(
+        "--key",
+        help="runner: the private key file (default: $PREREG_RUNNER_KEY, else "
+        "~/.config/prereg/runner_ed25519)",
+    )
+    keys.set_defaults(func=cmd_keys)
+
+    register = sub.add_parser(
+        "register", help="print the registration card to publish outside the repository"
+    )
+    register.add_argument("--commit", help="the freeze commit (default: HEAD of a clean tree)")
+    register.add_argument("--output", "-o", help="write the card to this file")
+    register.set_defaults(func=cmd_register)
+
+    verify = sub.add_parser(
+        "verify",
+        help="check a run's signed chain from a registration card (0 verified, 1 refused, "
+        "3 could not verify)",
+    )
+    verify.add_argument("run_dir", help="runs/<run-id>")
+    verify.add_argument("--card", required=True, help="the registration card (JSON)")
+    verify.add_argument("--repo", help="the repository (default: the one holding the run folder)")
+    verify.set_defaults(func=cmd_verify)
     return parser
 
 

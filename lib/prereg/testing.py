@@ -16,15 +16,19 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from prereg.commands import signing
+from prereg.proof.keys import RUNNER_KEY_VARIABLE
 from prereg.records.runs import RunLayout
 
 
 @dataclass
 class ScratchProject:
     root: Path
+    # Variables every command run here gets (set_up_signing names the runner's key).
+    env: dict[str, str] = field(default_factory=dict)
 
     def init(
         self,
@@ -66,7 +70,7 @@ class ScratchProject:
 
         The outer ``PYTEST_*`` and ``COV_*`` variables are dropped; ``env`` then sets
         variables of its own (for example ``PYTEST_ADDOPTS`` or ``PYTHONPATH``)."""
-        env = outer_environment(**(env or {}))
+        env = outer_environment(**{**self.env, **(env or {})})
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         done = subprocess.run(
             list(args),
@@ -109,6 +113,16 @@ class ScratchProject:
         if done.returncode == 0:
             self.commit(f"Approve {run_id}")
         return done
+
+    def set_up_signing(self, keys: Path) -> dict[str, Path]:
+        """Signing as a project sets it up: fresh keys ``approver`` and ``runner`` in folder
+        ``keys``, their lines in ``.prereg/approvers`` and ``.prereg/runners`` (the auditors
+        file empty), committed; git here signs every commit with the approver's key, and
+        runs sign with the runner's. Returns the private keys by name."""
+        made = signing.set_up(self.root, keys)
+        self.env[RUNNER_KEY_VARIABLE] = str(made["runner"])
+        self.commit("Register the approvers and the runner")
+        return made
 
     def pytest(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         return self.run(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, env=env)

@@ -2,8 +2,10 @@
 
 The committed HEAD is cloned into ``demo-output/<time>/repo`` (with no remote: its runs
 never reach the project's ledger, :mod:`prereg.records.ledger`); there each stage is
-approved with its demo plan (``plans/demo/``), the approval committed, the stage run with
-pytest through the gate, and the run audited. The clone's own ``lib/`` is put first on
+approved with its demo plan (``plans/demo/``), the approval committed (signed with a
+throwaway approver key), the stage run with pytest through the gate (its attestation signed
+with a throwaway runner key), the run audited and verified from the clone's registration
+card (:mod:`prereg.proof`). The clone's own ``lib/`` is put first on
 ``PYTHONPATH`` so the code that runs is the code that was approved. The stages and their
 demo plans are :data:`prereg.commands.demo_steps.STEPS`, the ones the protocols declare
 (:data:`prereg.commands.demo_steps.PROTOCOL_DEMOS`; a caller may pass others, as the pipeline
@@ -20,7 +22,9 @@ from pathlib import Path
 
 from prereg.base import gitrepo
 from prereg.base.hashing import read_json
+from prereg.commands import signing
 from prereg.commands.demo_steps import STEPS, DemoStep
+from prereg.proof import keys
 from prereg.records.runs import RunLayout, reports_index
 
 
@@ -53,11 +57,18 @@ def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = N
     gitrepo.git(clone, "remote", "remove", "origin")
     gitrepo.git(clone, "config", "user.name", "prereg demo")
     gitrepo.git(clone, "config", "user.email", "demo@prereg.invalid")
+    # Throwaway keys sign every approval and run; the card registers the roles and plans.
+    made = signing.set_up(clone, out / "keys")
+    gitrepo.git(clone, "add", keys.ROLES_DIR)
+    gitrepo.git(clone, "commit", "-q", "-m", "Register the demo's approver and runner")
+    card = out / "card.json"
+    card.write_text(signing.register(clone, None))
     env = dict(os.environ)
     env["PYTHONPATH"] = str(clone / "lib") + (
         os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
     )
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env[keys.RUNNER_KEY_VARIABLE] = str(made["runner"])
     py = sys.executable
     day = datetime.now(timezone.utc).strftime("%Y%m%d")
     print(f"prereg demo: scratch clone {clone}")
@@ -97,6 +108,11 @@ def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = N
                 pytest_cmd += ["-n", str(step.workers)]
             _run(pytest_cmd, clone, env)
             _run([py, "-m", "prereg.cli", "audit", f"runs/{run_id}"], clone, env)
+            _run(
+                [py, "-m", "prereg.cli", "verify", f"runs/{run_id}", "--card", str(card)],
+                clone,
+                env,
+            )
             done_runs.append(RunLayout(clone, run_id))
             if step.after:
                 step.after(clone, run_id)
@@ -108,7 +124,8 @@ def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = N
     except DemoFailed as err:
         print(f"\nprereg demo: the reports could not be written: {err}")
         return 1
-    print("\n=== demo finished: every stage complete and audited clean ===")
+    print("\n=== demo finished: every stage complete, audited clean and verified ===")
+    print(f"  registration card: {card} (keys: {out / 'keys'}, throwaway)")
     for run in done_runs:
         manifest = read_json(run.manifest, what="manifest")
         print(f"  {manifest['stage']:<22} {manifest['status']:<10} {run.manifest}")

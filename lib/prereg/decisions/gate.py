@@ -22,8 +22,9 @@ from prereg.base.hashing import canonical_json, sha256_file
 from prereg.decisions import bindings
 from prereg.evidence import envlock, execution
 from prereg.kinds import registry
-from prereg.kinds.plans import baseline_problems, load_plan, validate_stage
+from prereg.kinds.plans import baseline_problems, load_plan, signing_required, validate_stage
 from prereg.kinds.stages import BUILT_IN_KINDS, PLAIN, load_kind
+from prereg.proof import commits
 from prereg.records import ledger
 from prereg.records import snapshot as snapshots
 from prereg.records.runs import has_started
@@ -77,6 +78,9 @@ class Facts:
     environment_lock_now: dict | None = None  # envlock.lock() at the gate (None: not gathered)
     module_missing: str | None = None  # the stage's module path when no such file exists
     irregular: tuple[str, ...] = ()  # why HEAD cannot be snapshot: links, submodules
+    # why the approval commit is not signed by an approver, when the stage requires it
+    # (prereg.proof.commits.signing_problems; () when it need not be)
+    signature_problems: tuple[str, ...] = ()
 
     @property
     def run_id(self) -> str:
@@ -304,6 +308,13 @@ def single_attempt(f: Facts) -> list[Refusal]:
     return []
 
 
+@audited("approval-signature", "check_approval_signature")
+def approval_signature(f: Facts) -> list[Refusal]:
+    """A stage whose plan requires it (:func:`prereg.kinds.plans.signing_required`) runs only
+    from an approval commit signed by a key of ``.prereg/approvers``."""
+    return [Refusal("approval-signature", p) for p in f.signature_problems]
+
+
 @audited(
     "seed-namespace",
     why_not="judged among the approvals when one is written; a run records its namespace "
@@ -412,6 +423,7 @@ RUN_CONDITIONS: tuple[Condition, ...] = (
     own_package,
     record_committed,
     stage_and_run_id,
+    approval_signature,
     run_id_unused,
     single_attempt,
     environment,
@@ -430,6 +442,7 @@ APPROVE_CONDITIONS: tuple[Condition, ...] = (
     clean_tree,
     git_history,
     own_package,
+    approval_signature,
     run_id_unused,
     single_attempt,
     seed_namespace,
@@ -660,6 +673,11 @@ def gather(
         input_problems=tuple(problems),
         environment_lock_now=None if at_approval or session_follows else envlock.lock(),
         irregular=irregular,
+        signature_problems=tuple(
+            commits.signing_problems(root, head, at_approval=at_approval)
+            if spec and signing_required(spec) and head
+            else ()
+        ),
         module_missing=(
             spec["module"] if spec.get("module") and not (code / spec["module"]).is_file() else None
         ),

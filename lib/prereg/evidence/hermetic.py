@@ -35,6 +35,7 @@ from pathlib import Path
 
 import prereg
 from prereg.base import gitrepo, provenance
+from prereg.proof.keys import RUNNER_KEY_VARIABLE
 from prereg.records import snapshot
 
 # The internal option naming the checkout a session writes its run into. Typed by hand in a
@@ -48,6 +49,7 @@ PASSED_VARIABLES = (
     # Older OpenBLAS builds compute wrong results or crash on some processors without these.
     "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
     "CXX",  # the compiler that builds the GRU kernel when its cached build is missing
+    RUNNER_KEY_VARIABLE,  # the runner's key that signs the run's attestation (prereg.proof)
 )  # fmt: skip
 # Set in the session's environment: its xdist workers (not started with -I) write no
 # bytecode and read no user site-packages; pytest loads no plugin by itself.

@@ -20,6 +20,7 @@ from prereg.base.schema import (
     ANY,
     MapOf,
     Nullable,
+    OneOf,
     Optional,
     PositiveFloat,
     PositiveInt,
@@ -41,6 +42,8 @@ ENVIRONMENT_PINS = {
     "cpu_threads": PositiveInt,
 }
 
+SIGNING = ("required", "optional")
+
 STAGE_SCHEMA = {
     "kind": str,  # a registered stage kind (entry point group prereg.stage_kinds)
     "module": str,  # the experiment module, relative to the repository root
@@ -56,6 +59,9 @@ STAGE_SCHEMA = {
     # a rehearsal's parameters by default (smaller counts): each replaces the parameter
     # of its name; the run always takes "parameters"
     "rehearsal_parameters": Optional(MapOf(ANY)),
+    # "required": the approval commit must be signed by a key of .prereg/approvers
+    # (prereg.proof); absent: required for a single-attempt stage, optional otherwise
+    "signing": Optional(OneOf(SIGNING)),
 }
 
 PLAN_SCHEMA = {
@@ -66,6 +72,14 @@ PLAN_SCHEMA = {
     "parameters": Optional(ANY),  # shared by several stages; validated by their kinds
     "stages": MapOf(STAGE_SCHEMA),
 }
+
+
+def signing_required(spec: dict) -> bool:
+    """Whether the stage's approval commit must be signed by an approver: the plan's
+    ``signing``, else required for a single-attempt stage."""
+    return (
+        spec.get("signing", "required" if spec.get("single_attempt") else "optional") == "required"
+    )
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,8 @@ MANIFEST = "manifest.json"
 ITEM_LOG = "items.jsonl"
 JUNIT = "junit.xml"
 APPROVAL_COPY = "approval.json"
+# The run's signed in-toto statements (prereg.proof), written last: it covers every other file.
+ATTESTATION = "attestation.intoto.jsonl"
 ITEMS_DIR = "items"
 SUMMARY_DIR = "summary"
 REHEARSAL_RECORD = "rehearsal.json"

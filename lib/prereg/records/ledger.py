@@ -49,6 +49,11 @@ def manifest_ref(run_id: str) -> str:
     return f"{NAMESPACE}/runs/{run_id}/manifest"
 
 
+def attestation_ref(run_id: str) -> str:
+    """The run's signed statements (``runs/<run-id>/attestation.intoto.jsonl``), recorded once."""
+    return f"{NAMESPACE}/runs/{run_id}/attestation"
+
+
 def attempt_ref(stage: str) -> str:
     return f"{NAMESPACE}/single-attempt/{stage}"
 
@@ -141,6 +146,10 @@ def spend(
 
 def record_manifest(root: Path, run_id: str, manifest: bytes) -> None:
     _create(Path(root), [manifest_ref(run_id)], manifest)
+
+
+def record_attestation(root: Path, run_id: str, attestation: bytes) -> None:
+    _create(Path(root), [attestation_ref(run_id)], attestation)
 
 
 def record_verdict(root: Path, run_id: str, verdict: bytes) -> None:

@@ -12,6 +12,7 @@ from prereg.base import gitrepo
 from prereg.base.hashing import read_json, sha256_file
 from prereg.records import (  # the names, in prereg.records; the paths, here
     APPROVAL_COPY,
+    ATTESTATION,
     AUDITS_DIR,
     ITEM_LOG,
     ITEMS_DIR,
@@ -181,6 +182,10 @@ class RunFolder:
     @property
     def approval_copy(self) -> Path:
         return self.folder / APPROVAL_COPY
+
+    @property
+    def attestation(self) -> Path:
+        return self.folder / ATTESTATION
 
     @property
     def items_dir(self) -> Path:

@@ -24,6 +24,7 @@ from prereg.decisions import gate, manifest
 from prereg.evidence import execution, hermetic
 from prereg.kinds.plans import Plan
 from prereg.kinds.stages import RunView, StageKind, load_kind
+from prereg.proof import attest, keys
 from prereg.records import ledger
 from prereg.records import snapshot as snapshots
 from prereg.records.runs import contained, item_dir_name, refusal_note
@@ -319,10 +320,32 @@ class Controller(XdistBridge, TerminalOutput):
                     f"the manifest's SHA-256 could not be recorded in git "
                     f"({ledger.manifest_ref(self.run.run_id)}): {manifest.describe(err)}"
                 )
+            self._attest()
         if self.status != manifest.COMPLETE and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if data is None:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+    def _attest(self) -> None:
+        """Write the run's attestation (:mod:`prereg.proof`), signed with the runner's key
+        when there is one, and record it in git; a failure is a note, never a lost run."""
+        home = os.environ.get(gitrepo.USER_HOME) or os.environ.get("HOME")
+        key, why = attest.runner_key(keys.runner_key_path(home=home))
+        target = self.run_dir / records.ATTESTATION
+        try:
+            data = attest.write(self.root, self.run_dir, target, key)
+            ledger.record_attestation(self.root, self.run.run_id, data)
+            self._publish([ledger.attestation_ref(self.run.run_id)])
+        except Exception as err:  # noqa: BLE001 -- the run stands; prereg verify will refuse it
+            self.finish_notes.append(
+                f"the run's attestation ({target.name}) could not be written or recorded: "
+                f"{manifest.describe(err)}"
+            )
+            return
+        if key is None:
+            self.finish_notes.append(
+                f"the attestation {target.name} is unsigned: {why}; prereg verify refuses it"
+            )
 
     def _publish(self, refs: list[str]) -> None:
         """Push ``refs`` to every remote the gate asked, so a clone of it sees the record; a

@@ -31,9 +31,13 @@ from prereg.decisions.audit.evidence import (
     _value_at,
 )
 from prereg.evidence import envlock, execution
+from prereg.kinds.plans import signing_required
 from prereg.kinds.registry import STAGE_KINDS, group_problem
+from prereg.proof import attest, commits
+from prereg.proof.keys import RUNNERS
 from prereg.records import (
     APPROVAL_COPY,
+    ATTESTATION,
     COMPLETE,
     EXTENSION_ORIGIN,
     FINISHING_PHASES,
@@ -79,7 +83,7 @@ def hash_findings(listing: FolderListing, hashes: Mapping[str, dict], manifest: 
             continue  # it cannot be read: a blocker (could_not_audit)
         elif _differs(hashes[rel], entry):
             findings.append(f"changed file: {rel} (SHA-256 differs from the manifest)")
-    for rel in sorted(present - set(listed) - {MANIFEST}):
+    for rel in sorted(present - set(listed) - {MANIFEST, ATTESTATION}):
         findings.append(f"extra file not in the manifest: {rel}")
     return findings + _irregular_findings(listing)
 
@@ -615,6 +619,29 @@ def check_committed(ev: Evidence) -> list[str]:
     return found
 
 
+def check_approval_signature(ev: Evidence) -> list[str]:
+    """A stage whose plan requires a signed approval ran from an approval commit an approver
+    signed (the gate's condition approval-signature, one function)."""
+    if not ev.source_checked or ev.plan is None or ev.stage not in ev.plan.stages:
+        return []
+    if not signing_required(ev.plan.stage(ev.stage)):
+        return []
+    return commits.signing_problems(ev.root, str(ev.source_commit), at_approval=False)
+
+
+def check_attestation(ev: Evidence) -> list[str]:
+    """The run's attestation is git's record of it, its statements are what the run folder
+    gives now, and its signatures hold against the runners file of the run's commit."""
+    if not ev.source_checked or not ev.refs_checked or ev.run_id is None:
+        return []
+    return attest.problems(
+        ev.root,
+        ev.run_dir,
+        ledger.read(ev.root, ledger.attestation_ref(ev.run_id)),
+        commits.role_file(ev.root, str(ev.source_commit), RUNNERS),
+    )
+
+
 def check_records_intact(ev: Evidence) -> list[str]:
     """Each record git holds for the run that cannot be read back intact."""
     return [
@@ -755,6 +782,8 @@ CHECKS: tuple[Check, ...] = (
     check_committed,
     check_records_intact,
     check_refs,
+    check_approval_signature,
+    check_attestation,
     check_plan_at_source,
     check_single_attempt,
     check_required_runs,

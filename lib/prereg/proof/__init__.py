@@ -1,0 +1,16 @@
+"""Proof a third party checks without prereg: who approved, who ran, what the run wrote.
+
+* :mod:`~prereg.proof.keys`: OpenSSH public keys, their fingerprints, allowed-signers files
+  and the three role files under ``.prereg/`` (approvers, runners, auditors);
+* :mod:`~prereg.proof.commits`: git's SSH signature of a commit, judged against a role
+  file, and the rule that a role file changes only in a commit an approver signed;
+* :mod:`~prereg.proof.dsse`: DSSE envelopes signed with an ed25519 runner key;
+* :mod:`~prereg.proof.statement`: the run's in-toto statements (SLSA Provenance v1 and
+  Test Result v0.1), built from its run folder;
+* :mod:`~prereg.proof.card`: the registration card a researcher publishes outside the
+  repository, the anchor a verifier trusts;
+* :mod:`~prereg.proof.verify`: ``prereg verify``, the whole chain from the card.
+
+docs/reference/attestation.md is the contract of the formats; docs/how-to/verify-a-run.md
+gives the same checks as plain git, ssh-keygen, openssl, jq and sha256sum commands.
+"""

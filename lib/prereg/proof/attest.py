@@ -1,0 +1,81 @@
+"""Writing a run's attestation at its end: the statements, signed by the runner's key when
+one is there, unsigned (and said so) when not."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from prereg.proof import dsse, keys
+from prereg.proof.statement import StatementProblem, payload, statements
+from prereg.records import ATTESTATION
+
+
+def runner_key(path: Path) -> tuple[dsse.PrivateKey | None, str]:
+    """The runner's key at ``path``, or None and why the statements go unsigned."""
+    if not Path(path).is_file():
+        return None, f"no runner key at {path} (prereg keys runner makes one)"
+    try:
+        return dsse.PrivateKey.load(path), ""
+    except (dsse.NoCrypto, dsse.SignatureProblem, OSError) as err:
+        return None, str(err)
+
+
+def envelope_lines(envelopes: list[dict]) -> bytes:
+    """JSON Lines: one envelope per line, keys sorted, no blanks."""
+    return b"".join(
+        json.dumps(e, sort_keys=True, separators=(",", ":")).encode() + b"\n" for e in envelopes
+    )
+
+
+def write(root: Path, run_dir: Path, target: Path, key: dsse.PrivateKey | None) -> bytes:
+    """Build the run's statements, sign them with ``key`` and write them to ``target``
+    (created, never replaced); returns the bytes written."""
+    data = envelope_lines([dsse.envelope(payload(s), key) for s in statements(root, run_dir)])
+    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(descriptor, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    return data
+
+
+def problems(root: Path, run_dir: Path, recorded: bytes | None, runners: bytes | None) -> list[str]:
+    """What the audit finds in a run's attestation: git's record of it and the file differ
+    (or one is missing), a statement is not the one the run folder gives now, or a signature
+    does not verify against ``runners`` (the runners file at the run's commit). A run with
+    neither file nor record (made before attestations) and an unsigned attestation give
+    nothing here: ``prereg verify`` is what refuses them."""
+    target = Path(run_dir) / ATTESTATION
+    if not target.is_file():
+        if recorded is None:
+            return []
+        return [f"{ATTESTATION} is missing; git records one for the run"]
+    data = target.read_bytes()
+    if recorded is not None and data != recorded:
+        return [f"{ATTESTATION} is not the attestation git records for the run"]
+    try:
+        envelopes = [json.loads(line) for line in data.splitlines()]
+        now = [payload(s) for s in statements(root, run_dir)]
+    except (ValueError, StatementProblem) as err:
+        return [f"{ATTESTATION} cannot be read or rebuilt: {err}"]
+    found = []
+    if [dsse.payload_of(e) if isinstance(e, dict) else None for e in envelopes] != now:
+        found.append(
+            f"{ATTESTATION}: its statements are not the run folder's (a file, record or "
+            "dependency differs from what was attested, or the attestation is another run's)"
+        )
+    signed = [e for e in envelopes if isinstance(e, dict) and e.get("signatures")]
+    if signed:
+        try:
+            signers = keys.parse_signers(
+                (runners or b"").decode("utf-8"), keys.role_path(keys.RUNNERS)
+            )
+            for envelope in envelopes:
+                dsse.verify(envelope, signers, keys.RUN_NAMESPACE)
+        except dsse.NoCrypto:
+            pass  # nothing to judge the signatures with here; prereg verify says so
+        except (dsse.SignatureProblem, keys.KeyProblem, UnicodeDecodeError) as err:
+            found.append(f"{ATTESTATION}: a signature does not hold: {err}")
+    return found

@@ -1,0 +1,87 @@
+"""The registration card: what a researcher publishes outside the repository when they
+preregister, and all a verifier trusts.
+
+``{"format", "repository", "freeze_commit", "plans": {path: sha256}, "roles": {role: sha256}}``:
+the repository's root commit, the commit that freezes the plans, the SHA-256 of every plan
+file under ``plans/`` at that commit (approvals excluded), and of each role file there. A
+role file that changes later counts only when an approver of the parent commit signed the
+change (:func:`prereg.proof.commits.role_history_problems`); a changed plan needs a new card.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from prereg.base import gitrepo
+from prereg.proof.commits import role_problems, roles_at
+from prereg.proof.keys import role_path
+from prereg.proof.statement import repository_id
+from prereg.records import APPROVALS_DIR
+
+FORMAT = "prereg-registration/1"
+PLANS_DIR = "plans"
+FIELDS = ("format", "repository", "freeze_commit", "plans", "roles")
+
+
+class CardProblem(ValueError):
+    """A card that cannot be made or read; the message says what to do."""
+
+
+def plan_files(root: Path, commit: str) -> dict[str, str]:
+    """Every JSON file under ``plans/`` at ``commit`` but the approvals: path -> SHA-256."""
+    listed = gitrepo.git(root, "ls-tree", "-r", "--name-only", commit, "--", PLANS_DIR).split("\n")
+    return {
+        rel: hashlib.sha256(gitrepo.show_bytes(root, commit, rel)).hexdigest()
+        for rel in sorted(listed)
+        if rel.endswith(".json") and not rel.startswith(APPROVALS_DIR + "/")
+    }
+
+
+def make(root: Path, commit: str) -> dict:
+    """The card of ``commit``: it must hold every role file, each readable."""
+    roles = roles_at(root, commit)
+    problems = [p for role, data in roles.items() for p in role_problems(data, role_path(role))]
+    if problems:
+        raise CardProblem(
+            f"commit {commit[:12]} cannot be registered: {'; '.join(problems)}. Add each role's "
+            "keys (prereg keys add ROLE NAME KEY.pub; an empty file is a role with no key), "
+            "commit, and register again"
+        )
+    return {
+        "format": FORMAT,
+        "repository": repository_id(root, commit),
+        "freeze_commit": commit,
+        "plans": plan_files(root, commit),
+        "roles": {role: hashlib.sha256(data or b"").hexdigest() for role, data in roles.items()},
+    }
+
+
+def load(path: Path) -> dict:
+    try:
+        card = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise CardProblem(f"the card {path} cannot be read as JSON: {err}") from None
+    if not isinstance(card, dict) or card.get("format") != FORMAT:
+        raise CardProblem(f"{path} is not a registration card (format {FORMAT})")
+    missing = [f for f in FIELDS if f not in card]
+    if missing:
+        raise CardProblem(f"the card {path} lacks {', '.join(missing)}")
+    return card
+
+
+def problems(root: Path, card: dict) -> list[str]:
+    """Where the repository disagrees with the card at its freeze commit."""
+    freeze = card["freeze_commit"]
+    if not gitrepo.commit_exists(root, freeze):
+        return [f"the repository has no commit {freeze} (the card's freeze commit)"]
+    found = []
+    if repository_id(root, freeze) != card["repository"]:
+        found.append(f"the repository's root commit is not the card's {card['repository'][:12]}")
+    for role, data in roles_at(root, freeze).items():
+        if hashlib.sha256(data or b"").hexdigest() != card["roles"].get(role):
+            found.append(f"{role_path(role)} at {freeze[:12]} is not the file the card registers")
+    if plan_files(root, freeze) != card["plans"]:
+        found.append(f"the plans at {freeze[:12]} are not the plans the card registers")
+    return found

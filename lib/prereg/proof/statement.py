@@ -1,0 +1,248 @@
+"""A run's in-toto statements: what ran, from which approved commit, and what it wrote.
+
+Line 1 of ``runs/<run-id>/attestation.intoto.jsonl`` is a Statement v1 with the SLSA
+Provenance v1 predicate; line 2 the in-toto Test Result v0.1 predicate. Both are built from
+the run folder alone (``start.json``, ``approval.json``, ``manifest.json``) and git's
+objects, so the controller at run end and a verifier later build the same thing.
+docs/reference/attestation.md is the contract: the subject rule, the parameters, each
+dependency.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import prereg
+from prereg.base import gitrepo
+from prereg.base.hashing import canonical_json, sha256_file
+from prereg.records import (
+    APPROVAL_COPY,
+    ATTESTATION,
+    COMPLETE,
+    MANIFEST,
+    PASSED,
+    SKIPPED,
+    START_RECORD,
+    approval_record,
+)
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PROVENANCE = "https://slsa.dev/provenance/v1"
+TEST_RESULT = "https://in-toto.io/attestation/test-result/v0.1"
+# URIs whose meaning docs/reference/attestation.md defines.
+BUILD_TYPE = "urn:prereg:attestation:run:v1"
+BUILDER_ID = "urn:prereg:builder:hermetic-local:v1"
+# The keys externalParameters holds, no other (a verifier refuses any other).
+EXTERNAL_PARAMETERS = ("approval", "pytestArgs", "runId", "stage", "workers")
+# The vendor digest of an installed distribution: the SHA-256 of its RECORD's counted entries
+# (prereg.evidence.envlock), which is no file a consumer could fetch.
+RECORD_DIGEST = "prereg_recordEntriesSha256"
+
+
+class StatementProblem(ValueError):
+    """A run folder no statement can be built from, or a statement that is not prereg's."""
+
+
+def subjects(run_dir: Path) -> list[dict]:
+    """Every regular file of the run folder but the attestation: name and SHA-256."""
+    run_dir = Path(run_dir)
+    found = []
+    for path in sorted(run_dir.rglob("*")):
+        rel = path.relative_to(run_dir).as_posix()
+        if path.is_symlink() or not path.is_file():
+            if path.is_symlink() or not path.is_dir():
+                raise StatementProblem(f"{run_dir.name}/{rel} is not a regular file")
+            continue
+        if rel != ATTESTATION:
+            found.append({"name": rel, "digest": {"sha256": sha256_file(path)}})
+    return found
+
+
+def rfc3339(stamp: str | None) -> str | None:
+    """An ISO time as RFC 3339 in UTC with ``Z``."""
+    if not stamp:
+        return None
+    when = datetime.fromisoformat(stamp).astimezone(timezone.utc)
+    return when.strftime("%Y-%m-%dT%H:%M:%S") + f".{when.microsecond // 1000:03d}Z"
+
+
+def _json(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_bytes())
+    except (OSError, ValueError) as err:
+        raise StatementProblem(f"{path} cannot be read as JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise StatementProblem(f"{path} is not a JSON object")
+    return data
+
+
+def repository_id(root: Path, commit: str) -> str:
+    """The repository's identity: its first root commit reachable from ``commit``."""
+    return gitrepo.git(root, "rev-list", "--max-parents=0", commit).split()[-1]
+
+
+def _git_blob(data: bytes, root: Path) -> str:
+    return gitrepo.object_id("blob", data, gitrepo.object_format(root))
+
+
+def _file_dependency(name: str, data: bytes | None, root: Path, sha256: str) -> dict:
+    digest = {"sha256": sha256}
+    if data is not None:
+        digest["gitBlob"] = _git_blob(data, root)
+    return {"name": name, "digest": digest}
+
+
+def _shown(root: Path, commit: str, rel: str) -> bytes | None:
+    try:
+        return gitrepo.show_bytes(root, commit, rel)
+    except gitrepo.GitError:
+        return None
+
+
+def dependencies(root: Path, approval: dict, start: dict) -> list[dict]:
+    """``resolvedDependencies``: the approved commit, the plan, the approval record, the
+    baseline, the inputs, the required runs, the interpreter, the environment lock and each
+    locked distribution."""
+    commit = start["source_commit"]
+    record_rel = approval_record(approval["run_id"])
+    deps = [
+        {
+            "name": "source",
+            "uri": f"git+prereg:{repository_id(root, commit)}",
+            "digest": {"gitCommit": commit},
+            "annotations": {
+                "sourceAnchor": approval["source_anchor"],
+                "tree": gitrepo.commit_tree(root, commit),
+            },
+        },
+        _file_dependency(
+            approval["plan"]["path"],
+            _shown(root, commit, approval["plan"]["path"]),
+            root,
+            approval["plan"]["sha256"],
+        ),
+        _file_dependency(
+            record_rel, _shown(root, commit, record_rel), root, start["approval_sha256"]
+        ),
+        {
+            "name": approval["baseline"]["path"],
+            "digest": {"sha256": approval["baseline"]["sha256"]},
+        },
+    ]
+    for name, bound in sorted((approval.get("inputs") or {}).items()):
+        digest = {"gitCommit": bound["commit"]} if bound.get("commit") else {}
+        if bound.get("sha256"):
+            digest["sha256"] = bound["sha256"]
+        deps.append(
+            {"name": f"input:{name}", "digest": digest, "annotations": {"kind": bound["kind"]}}
+        )
+    for name, required in sorted((approval.get("requires") or {}).items()):
+        deps.append(
+            {
+                "name": f"run:{name}/{required['run_id']}",
+                "digest": {"sha256": required["manifest_sha256"]},
+            }
+        )
+    lock = approval.get("environment_lock")
+    if lock:
+        python = lock["python"]
+        deps.append(
+            {
+                "name": "python",
+                "uri": f"pkg:generic/{python['implementation'].lower()}@{python['version']}",
+                "digest": {"sha256": python["executable_sha256"]},
+            }
+        )
+        deps.append(
+            {
+                "name": "environment-lock",
+                "digest": {"sha256": hashlib.sha256(canonical_json(lock).encode()).hexdigest()},
+            }
+        )
+        for dist, locked in sorted(lock["distributions"].items()):
+            deps.append(
+                {
+                    "uri": f"pkg:pypi/{dist}@{locked['version']}",
+                    "digest": {RECORD_DIGEST: locked["record_sha256"]},
+                    "annotations": {"files": locked["files"]},
+                }
+            )
+    return deps
+
+
+def provenance(root: Path, run_dir: Path) -> dict:
+    """Line 1: the SLSA Provenance v1 statement of the run in ``run_dir``."""
+    run_dir = Path(run_dir)
+    start = _json(run_dir / START_RECORD)
+    approval = _json(run_dir / APPROVAL_COPY)
+    manifest = _json(run_dir / MANIFEST)
+    execution = (manifest.get("environment") or {}).get("execution") or {}
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": subjects(run_dir),
+        "predicateType": PROVENANCE,
+        "predicate": {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": {
+                    "approval": approval_record(start["run_id"]),
+                    "pytestArgs": list(execution.get("argv") or [])[1:],
+                    "runId": start["run_id"],
+                    "stage": start["stage"],
+                    "workers": manifest.get("workers", 0),
+                },
+                "internalParameters": {"snapshot": manifest.get("environment", {}).get("snapshot")}
+                if manifest.get("environment", {}).get("snapshot") is not None
+                else {},
+                "resolvedDependencies": dependencies(root, approval, start),
+            },
+            "runDetails": {
+                "builder": {"id": BUILDER_ID, "version": {"prereg": prereg.__version__}},
+                "metadata": {
+                    "invocationId": start["run_id"],
+                    "startedOn": rfc3339(start["started_at"]),
+                    "finishedOn": rfc3339(manifest.get("ended_at")),
+                },
+            },
+        },
+    }
+
+
+def result_statement(run_dir: Path) -> dict:
+    """Line 2: the Test Result v0.1 statement: each item and its outcome."""
+    run_dir = Path(run_dir)
+    start = _json(run_dir / START_RECORD)
+    manifest = _json(run_dir / MANIFEST)
+    items = manifest.get("items") or []
+    outcome = {
+        i["nodeid"]: i.get("outcome") for i in items if isinstance(i, dict) and "nodeid" in i
+    }
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": "source", "digest": {"gitCommit": start["source_commit"]}}],
+        "predicateType": TEST_RESULT,
+        "predicate": {
+            "result": "PASSED" if manifest.get("status") == COMPLETE else "FAILED",
+            "configuration": [
+                {
+                    "name": approval_record(start["run_id"]),
+                    "digest": {"sha256": start["approval_sha256"]},
+                }
+            ],
+            "passedTests": sorted(n for n, o in outcome.items() if o == PASSED),
+            "warnedTests": sorted(n for n, o in outcome.items() if o == SKIPPED),
+            "failedTests": sorted(n for n, o in outcome.items() if o not in (PASSED, SKIPPED)),
+        },
+    }
+
+
+def statements(root: Path, run_dir: Path) -> list[dict]:
+    return [provenance(root, run_dir), result_statement(run_dir)]
+
+
+def payload(statement: dict) -> bytes:
+    """A statement's bytes as signed: canonical JSON (sorted keys, no NaN, integers kept)."""
+    return canonical_json(statement).encode()

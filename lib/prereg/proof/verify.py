@@ -1,0 +1,285 @@
+"""``prereg verify``: a run's whole chain of proof, from a registration card.
+
+It trusts the card and nothing the operator wrote after it: the role files at the card's
+freeze commit (and only the changes an approver signed since), git's signature check with
+ssh-keygen, and the signature of each statement. It never runs stage code and imports
+nothing of the science stack. The same checks, as plain commands, are in
+docs/how-to/verify-a-run.md; the checks run both on the same runs.
+
+1. the card matches the repository at its freeze commit;
+2. each line of the attestation is signed by a key of the runners file, and its statement
+   is prereg's, for this run id;
+3. the approval commit it names is signed by an approver, adds exactly the approval record,
+   whose digest the statement carries; the record is for this run and stage, binds the plan
+   the card registers, and its anchor is the commit's parent;
+4. every file of the run folder is a subject with its digest, and every subject a file;
+5. git's record of the start and of the attestation, when the repository holds them, are
+   the run folder's;
+6. each required run verifies too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prereg.base import gitrepo
+from prereg.base.hashing import sha256_file
+from prereg.proof import card as cards
+from prereg.proof import dsse
+from prereg.proof.commits import approval_problems, role_file, role_history_problems
+from prereg.proof.keys import RUN_NAMESPACE, RUNNERS, KeyProblem, parse_signers, role_path
+from prereg.proof.statement import (
+    BUILD_TYPE,
+    EXTERNAL_PARAMETERS,
+    PROVENANCE,
+    STATEMENT_TYPE,
+    TEST_RESULT,
+    StatementProblem,
+    subjects,
+)
+from prereg.records import APPROVAL_COPY, START_RECORD, approval_record, ledger
+from prereg.records.runs import RunFolder
+
+VERIFIED, REFUSED, COULD_NOT = 0, 1, 3
+
+
+@dataclass
+class Verdict:
+    run_id: str
+    problems: list[str] = field(default_factory=list)
+    could_not: list[str] = field(default_factory=list)
+    said: list[str] = field(default_factory=list)  # what was established, for the report
+
+    @property
+    def code(self) -> int:
+        if self.could_not:
+            return COULD_NOT
+        return REFUSED if self.problems else VERIFIED
+
+
+def _statement(env: dict, signers, number: int, verdict: Verdict) -> dict | None:
+    try:
+        payload, who = dsse.verify(env, signers, RUN_NAMESPACE)
+    except dsse.NoCrypto as err:
+        verdict.could_not.append(str(err))
+        return None
+    except dsse.SignatureProblem as err:
+        verdict.problems.append(f"attestation line {number}: {err}")
+        return None
+    verdict.said.append(
+        f"attestation line {number} signed by "
+        + ", ".join(f"{','.join(s.principals)} ({s.key.fingerprint})" for s in who)
+    )
+    try:
+        return json.loads(payload)
+    except ValueError:
+        verdict.problems.append(f"attestation line {number}: its statement is not JSON")
+        return None
+
+
+def _digest(deps: list, name: str) -> dict:
+    for dep in deps:
+        if isinstance(dep, dict) and dep.get("name") == name:
+            return dep.get("digest") or {}
+    return {}
+
+
+def verify_run(root: Path, run_dir: Path, card: dict, *, _seen: frozenset = frozenset()) -> Verdict:
+    """Every check of the module docstring for the run in ``run_dir`` (a folder of ``root``'s
+    ``runs/``), against ``card``."""
+    root, run_dir = Path(root), Path(run_dir)
+    run_id = run_dir.name
+    verdict = Verdict(run_id)
+    verdict.problems += cards.problems(root, card)
+    if verdict.problems:
+        return verdict
+    folder = RunFolder(run_dir)
+    if not folder.attestation.is_file():
+        verdict.problems.append(
+            f"{run_dir.name}/{folder.attestation.name} does not exist: the run wrote no attestation"
+        )
+        return verdict
+    try:
+        envelopes = dsse.read_lines(folder.attestation)
+    except dsse.SignatureProblem as err:
+        verdict.problems.append(str(err))
+        return verdict
+    if len(envelopes) != 2:
+        verdict.problems.append(f"the attestation has {len(envelopes)} lines, not 2")
+        return verdict
+
+    # The runners file of the approval commit the statement names; that commit is found
+    # from the unverified payload first, then everything is judged against it.
+    try:
+        unverified = json.loads(dsse.payload_of(envelopes[0]))
+        commit = _digest(
+            unverified["predicate"]["buildDefinition"]["resolvedDependencies"], "source"
+        )["gitCommit"]
+    except (dsse.SignatureProblem, ValueError, KeyError, TypeError):
+        verdict.problems.append("attestation line 1 names no source commit")
+        return verdict
+    if not gitrepo.commit_exists(root, commit):
+        verdict.problems.append(
+            f"the attested source commit {commit[:12]} is not in the repository"
+        )
+        return verdict
+    freeze = card["freeze_commit"]
+    history = role_history_problems(root, freeze, commit)
+    if history:
+        verdict.problems += history
+        return verdict
+    runners = role_file(root, commit, RUNNERS)
+    try:
+        signers = parse_signers((runners or b"").decode("utf-8"), role_path(RUNNERS))
+    except (KeyProblem, UnicodeDecodeError) as err:
+        verdict.problems.append(str(err))
+        return verdict
+    provenance = _statement(envelopes[0], signers, 1, verdict)
+    result = _statement(envelopes[1], signers, 2, verdict)
+    if provenance is None or result is None:
+        return verdict
+    _judge_statements(root, folder, provenance, result, commit, verdict)
+    if verdict.problems:
+        return verdict
+    _judge_approval(root, folder, provenance, commit, card, verdict)
+    _judge_refs(root, folder, verdict)
+    _judge_required(root, run_dir, provenance, card, _seen | {run_id}, verdict)
+    return verdict
+
+
+def _judge_statements(root, folder, provenance, result, commit, verdict) -> None:
+    run_id = folder.folder.name
+    problems = verdict.problems
+    if provenance.get("_type") != STATEMENT_TYPE or result.get("_type") != STATEMENT_TYPE:
+        problems.append(f"a statement's _type is not {STATEMENT_TYPE}")
+    if provenance.get("predicateType") != PROVENANCE:
+        problems.append(f"line 1's predicateType is not {PROVENANCE}")
+    if result.get("predicateType") != TEST_RESULT:
+        problems.append(f"line 2's predicateType is not {TEST_RESULT}")
+    try:
+        definition = provenance["predicate"]["buildDefinition"]
+        external = definition["externalParameters"]
+        invocation = provenance["predicate"]["runDetails"]["metadata"]["invocationId"]
+    except (KeyError, TypeError):
+        problems.append("line 1 is not a SLSA provenance statement of prereg's")
+        return
+    if definition.get("buildType") != BUILD_TYPE:
+        problems.append(f"line 1's buildType is not {BUILD_TYPE}")
+    if sorted(external) != sorted(EXTERNAL_PARAMETERS):
+        problems.append(
+            f"line 1's externalParameters hold {sorted(external)}, not {list(EXTERNAL_PARAMETERS)}"
+        )
+    if external.get("runId") != run_id or invocation != run_id:
+        problems.append(
+            f"the statement is for run {external.get('runId')!r} (invocation {invocation!r}), "
+            f"not for {run_id!r}: an attestation of another run"
+        )
+    if result.get("subject") != [{"name": "source", "digest": {"gitCommit": commit}}]:
+        problems.append("line 2's subject is not the source commit line 1 names")
+    try:
+        present = subjects(folder.folder)
+    except StatementProblem as err:
+        problems.append(str(err))
+        return
+    attested = {s.get("name"): s.get("digest") for s in provenance.get("subject") or []}
+    here = {s["name"]: s["digest"] for s in present}
+    for name in sorted(set(attested) | set(here)):
+        if name not in here:
+            problems.append(f"{run_id}/{name} is attested and missing")
+        elif name not in attested:
+            problems.append(f"{run_id}/{name} is not attested: a file added after the run")
+        elif attested[name] != here[name]:
+            problems.append(f"{run_id}/{name} changed after it was attested")
+    if not problems:
+        verdict.said.append(f"{len(here)} file(s) of {run_id} as attested")
+
+
+def _judge_approval(root, folder, provenance, commit, card, verdict) -> None:
+    problems = verdict.problems
+    run_id = folder.folder.name
+    deps = provenance["predicate"]["buildDefinition"]["resolvedDependencies"]
+    signature = approval_problems(root, commit, trusted=card["freeze_commit"])
+    problems += signature
+    record_rel = approval_record(run_id)
+    changed = gitrepo.git(
+        root, "diff-tree", "--no-commit-id", "--name-status", "-r", "--no-renames",
+        f"{commit}^", commit,
+    ).splitlines()  # fmt: skip
+    if changed != [f"A\t{record_rel}"]:
+        problems.append(
+            f"the approval commit {commit[:12]} does more than add {record_rel}: "
+            + "; ".join(line.replace("\t", " ") for line in changed[:6])
+        )
+        return
+    record_bytes = gitrepo.show_bytes(root, commit, record_rel)
+    record_sha = hashlib.sha256(record_bytes).hexdigest()
+    if _digest(deps, record_rel).get("sha256") != record_sha:
+        problems.append(f"the attested approval record is not {record_rel} at {commit[:12]}")
+    if sha256_file(folder.folder / APPROVAL_COPY) != record_sha:
+        problems.append(f"{run_id}/{APPROVAL_COPY} is not the approval record at {commit[:12]}")
+    try:
+        start = json.loads((folder.folder / START_RECORD).read_bytes())
+        record = json.loads(record_bytes)
+        plan_path, plan_sha = record["plan"]["path"], record["plan"]["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        problems.append(f"{record_rel} or {run_id}/{START_RECORD} cannot be read")
+        return
+    if start.get("approval_sha256") != record_sha or start.get("source_commit") != commit:
+        problems.append(f"{run_id}/{START_RECORD} names another approval or commit")
+    if record.get("run_id") != run_id:
+        problems.append(f"the approval record is for run {record.get('run_id')!r}")
+    stage = provenance["predicate"]["buildDefinition"]["externalParameters"].get("stage")
+    if record.get("stage") != stage or start.get("stage") != stage:
+        problems.append(f"the approval record is for stage {record.get('stage')!r}, not {stage!r}")
+    if record.get("source_anchor") != gitrepo.git(root, "rev-parse", f"{commit}^").strip():
+        problems.append("the approval record's source_anchor is not the approval commit's parent")
+    try:
+        at_commit = hashlib.sha256(gitrepo.show_bytes(root, commit, plan_path)).hexdigest()
+    except gitrepo.GitError:
+        at_commit = None
+    if not (plan_sha == at_commit == _digest(deps, plan_path).get("sha256")):
+        problems.append(
+            f"the plan {plan_path} at {commit[:12]} is not the plan approved and attested"
+        )
+    if card["plans"].get(plan_path) != plan_sha:
+        problems.append(
+            f"the plan {plan_path} the run approved is not the plan the card registers: a plan "
+            "changed after registration needs a new card"
+        )
+    if not signature:
+        verdict.said.append(f"approval {commit[:12]} signed by an approver; plan as registered")
+
+
+def _judge_refs(root, folder, verdict) -> None:
+    run_id = folder.folder.name
+    for ref, path in (
+        (ledger.start_ref(run_id), folder.start),
+        (ledger.attestation_ref(run_id), folder.attestation),
+    ):
+        recorded = ledger.read(root, ref)
+        if recorded is not None and recorded != path.read_bytes():
+            verdict.problems.append(f"{ref} records another {path.name} than {run_id}/{path.name}")
+
+
+def _judge_required(root, run_dir, provenance, card, seen, verdict) -> None:
+    for dep in provenance["predicate"]["buildDefinition"]["resolvedDependencies"]:
+        name = dep.get("name") or ""
+        if not name.startswith("run:"):
+            continue
+        required = name.rsplit("/", 1)[-1]
+        if required in seen:
+            verdict.problems.append(f"run {required} requires itself")
+            continue
+        other = run_dir.parent / required
+        manifest = RunFolder(other).manifest
+        if not manifest.is_file() or sha256_file(manifest) != dep["digest"].get("sha256"):
+            verdict.problems.append(
+                f"the required run {required}'s manifest is not the one attested"
+            )
+            continue
+        inner = verify_run(root, other, card, _seen=seen)
+        verdict.problems += [f"required run {required}: {p}" for p in inner.problems]
+        verdict.could_not += inner.could_not
