@@ -595,7 +595,9 @@ def test_a_required_run_is_checked_against_its_git_record(tmp_path):
 
 
 def test_a_single_attempt_stage_is_checked_against_its_attempt_record(tmp_path):
-    toy = make_toy_repo(tmp_path / "toy", {"toy": stage_spec("toy", single_attempt=True)})
+    toy = make_toy_repo(
+        tmp_path / "toy", {"toy": stage_spec("toy", single_attempt=True, signing="optional")}
+    )
     toy.approve("toy", RUN)
     assert toy.pytest("--research-stage=toy").returncode == 0
     assert audit(toy).returncode == 0

@@ -309,6 +309,9 @@ def test_a_stage_that_requires_another_joins_its_plan_rehearses_on_its_rehearsal
     assert not (root / "plans" / "DECISION_PLAN.json").exists()
     checked = project.pytest("-m", "software")
     assert checked.returncode == 0 and "6 passed" in checked.stdout, checked.stdout
+    # A single-attempt stage needs its approval signed by an approver: the project sets up
+    # signing (role files and keys) and commits it with the new stage.
+    project.set_up_signing(tmp_path / "keys")
 
     early = project.pytest("--research-stage=decision", "--rehearse")
     assert early.returncode == 4 and f"rehearse {STAGE} first" in early.stderr, early.stderr
@@ -317,7 +320,6 @@ def test_a_stage_that_requires_another_joins_its_plan_rehearses_on_its_rehearsal
     assert rehearsed.returncode == 0, rehearsed.stdout + rehearsed.stderr
     assert f"stage {STAGE} is read from its rehearsal {STAGE}-" in rehearsed.stdout
     [read] = [p.name for p in (root / "runs" / "rehearsals").iterdir() if p.name.startswith(STAGE)]
-    project.commit("Add stage decision: the rule, frozen with the stage it reads")
 
     day = f"{datetime.now(timezone.utc):%Y%m%d}"
     project.prereg("approve", "--stage", STAGE, "--run-id", f"{STAGE}-{day}-001", check=True)

@@ -157,7 +157,9 @@ def test_a_seed_namespace_used_by_another_stage_is_refused(tmp_path):
 
 
 def test_a_single_attempt_stage_cannot_be_approved_twice(tmp_path):
-    toy = make_toy_repo(tmp_path / "once", {"toy": stage_spec("toy", single_attempt=True)})
+    toy = make_toy_repo(
+        tmp_path / "once", {"toy": stage_spec("toy", single_attempt=True, signing="optional")}
+    )
     toy.approve("toy", RUN)
     done = toy.approve("toy", "toy-20261130-002", check=False)
     assert done.returncode == 2 and "single attempt" in done.stderr

@@ -199,7 +199,9 @@ def test_moving_the_run_folder_away_does_not_buy_a_second_run(approved_toy, tmp_
 
 
 def test_a_removed_single_attempt_approval_does_not_buy_a_second_attempt(tmp_path):
-    toy = make_toy_repo(tmp_path / "single", {"toy": stage_spec("toy", single_attempt=True)})
+    toy = make_toy_repo(
+        tmp_path / "single", {"toy": stage_spec("toy", single_attempt=True, signing="optional")}
+    )
     toy.approve("toy", RUN)
     assert toy.pytest("--research-stage=toy").returncode == 0
     record = (toy.root / "plans" / "approvals" / f"{RUN}.json").read_text()

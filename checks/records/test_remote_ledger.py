@@ -183,7 +183,7 @@ def test_status_warns_of_a_copy_that_holds_approvals_but_no_records(tmp_path):
 
 
 def test_a_clone_cannot_take_a_single_attempt_its_remote_records(tmp_path):
-    _, origin = _spent_and_pushed(tmp_path, single_attempt=True)
+    _, origin = _spent_and_pushed(tmp_path, single_attempt=True, signing="optional")
     assert ledger.attempt_ref("toy") in _remote_refs(origin)
     clone = _clone(origin, tmp_path / "clone")
     clone.git("rm", "-q", f"plans/approvals/{RUN}.json")

@@ -35,6 +35,7 @@ def pae(payload_type: str, payload: bytes) -> bytes:
 
 def _crypto():
     try:
+        # cryptography: the sign extra, optional (a run without it writes unsigned statements)
         from cryptography.exceptions import InvalidSignature
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import ed25519

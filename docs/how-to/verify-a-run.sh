@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Verify a prereg run without prereg: git, ssh-keygen, openssl (>= 3.0), jq, base64, sha256sum.
+#
+#   bash verify-a-run.sh REPOSITORY RUN_FOLDER CARD
+#
+# REPOSITORY: a clone of the project (with its refs/prereg/* fetched, when it has them);
+# RUN_FOLDER: runs/<run-id> as the operator handed it over; CARD: the registration card the
+# researcher published. Exit 0: verified; 1: refused (the reason on stderr). The same checks
+# as `prereg verify` (docs/how-to/verify-a-run.md), which checks/proof/ runs side by side.
+set -euo pipefail
+repo=$(cd "$1" && pwd); run=$(cd "$2" && pwd); card=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")
+id=$(basename "$run")
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+refuse() { echo "refused: $*" >&2; exit 1; }
+# git as prereg asks it: no user or system configuration, nothing the repository's own
+# configuration names runs (hooks, another ssh program), SSH signatures checked by ssh-keygen.
+g() { GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 git --no-replace-objects -C "$repo" \
+      -c core.hooksPath=/dev/null -c gpg.format=ssh -c gpg.ssh.program=ssh-keygen \
+      -c gpg.program=false -c gpg.openpgp.program=false -c gpg.x509.program=false "$@"; }
+sha() { sha256sum | cut -d' ' -f1; }
+
+# 1. The card: the repository, and the role files and plans at the freeze commit F.
+F=$(jq -er .freeze_commit "$card")
+[ "$(jq -er .format "$card")" = prereg-registration/1 ] || refuse "not a registration card"
+g cat-file -e "$F^{commit}" 2>/dev/null || refuse "no freeze commit $F"
+[ "$(g rev-list --max-parents=0 "$F" | tail -1)" = "$(jq -er .repository "$card")" ] || refuse "another repository"
+for role in approvers runners auditors; do
+  got=$( (g show "$F:.prereg/$role" 2>/dev/null || true) | sha)
+  [ "$got" = "$(jq -er ".roles.$role" "$card")" ] || refuse ".prereg/$role at F is not the card's"
+done
+g ls-tree -r --name-only "$F" -- plans | grep '\.json$' | grep -v '^plans/approvals/' | sort |
+  while read -r p; do printf '%s %s\n' "$p" "$(g show "$F:$p" | sha)"; done > "$tmp/plans"
+jq -r '.plans | to_entries | sort_by(.key)[] | "\(.key) \(.value)"' "$card" | cmp -s - "$tmp/plans" ||
+  refuse "the plans at F are not the card's"
+
+# 2. The attestation: two DSSE envelopes; the approval commit C the first names.
+att="$run/attestation.intoto.jsonl"
+[ -f "$att" ] || refuse "$id has no attestation"
+[ "$(wc -l < "$att")" -eq 2 ] || refuse "the attestation has not 2 lines"
+sed -n 1p "$att" | jq -er .payload | base64 -d > "$tmp/s1"
+C=$(jq -er '.predicate.buildDefinition.resolvedDependencies[] | select(.name == "source") | .digest.gitCommit' "$tmp/s1")
+g cat-file -e "$C^{commit}" 2>/dev/null || refuse "the attested commit $C is not in the repository"
+
+# 3. Role files change after F only in commits an approver of the parent signed.
+g merge-base --is-ancestor "$F" "$C" || refuse "$C does not descend from F"
+approvers_of() { g show "$1:.prereg/approvers" > "$tmp/approvers" 2>/dev/null || : > "$tmp/approvers"; }
+signed_by_approver() {  # commit, the commit whose approvers file judges it
+  approvers_of "$2"
+  [ "$(g -c gpg.ssh.allowedSignersFile="$tmp/approvers" log -1 --format=%G? "$1")" = G ]
+}
+for c in $(g rev-list --reverse --full-history --topo-order "$F..$C" -- .prereg); do
+  [ "$(g rev-list --parents -n 1 "$c" | wc -w)" -eq 2 ] || refuse "role files changed in merge $c"
+  signed_by_approver "$c" "$c^" || refuse "commit $c changes .prereg/ and is not signed by an approver"
+done
+
+# 4. Each envelope: payloadType, and every signature by a runners key (keyid: its fingerprint,
+#    namespace prereg-run) over PAE, checked by openssl.
+g show "$C:.prereg/runners" > "$tmp/runners" 2>/dev/null || refuse "no .prereg/runners at $C"
+n=0
+while read -r line; do
+  n=$((n + 1))
+  [ "$(jq -r .payloadType <<<"$line")" = application/vnd.in-toto+json ] || refuse "line $n: payloadType"
+  jq -r .payload <<<"$line" | base64 -d > "$tmp/payload$n"
+  len=$(wc -c < "$tmp/payload$n")
+  { printf 'DSSEv1 28 application/vnd.in-toto+json %d ' "$len"; cat "$tmp/payload$n"; } > "$tmp/pae"
+  [ "$(jq '.signatures | length' <<<"$line")" -ge 1 ] || refuse "line $n is not signed"
+  for k in $(seq 0 $(($(jq '.signatures | length' <<<"$line") - 1))); do
+    keyid=$(jq -r ".signatures[$k].keyid" <<<"$line")
+    jq -r ".signatures[$k].sig" <<<"$line" | base64 -d > "$tmp/sig"
+    found=""
+    while read -r signer; do
+      case "$signer" in ''|'#'*) continue ;; esac
+      key=$(awk '{for (i = 1; i <= NF; i++) if ($i == "ssh-ed25519") {print $(i + 1); exit}}' <<<"$signer")
+      [ -n "$key" ] || continue
+      [ "$(echo "ssh-ed25519 $key" | ssh-keygen -lf - | cut -d' ' -f2)" = "$keyid" ] || continue
+      grep -q 'namespaces="[^"]*prereg-run' <<<"$signer" || refuse "line $n: key $keyid may not sign runs"
+      # An ed25519 public key as PEM: a fixed DER prefix, then the blob's last 32 bytes.
+      { printf '\x30\x2a\x30\x05\x06\x03\x2b\x65\x70\x03\x21\x00'; base64 -d <<<"$key" | tail -c 32; } > "$tmp/der"
+      openssl pkey -pubin -inform DER -in "$tmp/der" -out "$tmp/pem" 2>/dev/null
+      openssl pkeyutl -verify -pubin -inkey "$tmp/pem" -rawin -in "$tmp/pae" -sigfile "$tmp/sig" >/dev/null 2>&1 ||
+        refuse "line $n: the signature by $keyid does not verify"
+      found=1
+    done < "$tmp/runners"
+    [ -n "$found" ] || refuse "line $n: signed by $keyid, not a key of .prereg/runners"
+  done
+done < "$att"
+
+# 5. The statements: prereg's types, this run id, exactly the documented parameters.
+s1=$tmp/payload1; s2=$tmp/payload2
+[ "$(jq -r ._type "$s1")" = https://in-toto.io/Statement/v1 ] && [ "$(jq -r ._type "$s2")" = https://in-toto.io/Statement/v1 ] || refuse "_type"
+[ "$(jq -r .predicateType "$s1")" = https://slsa.dev/provenance/v1 ] || refuse "line 1 predicateType"
+[ "$(jq -r .predicateType "$s2")" = https://in-toto.io/attestation/test-result/v0.1 ] || refuse "line 2 predicateType"
+[ "$(jq -r .predicate.buildDefinition.buildType "$s1")" = urn:prereg:attestation:run:v1 ] || refuse "buildType"
+[ "$(jq -c '.predicate.buildDefinition.externalParameters | keys' "$s1")" = '["approval","pytestArgs","runId","stage","workers"]' ] ||
+  refuse "externalParameters"
+[ "$(jq -r .predicate.buildDefinition.externalParameters.runId "$s1")" = "$id" ] || refuse "the statement is for another run"
+[ "$(jq -r .predicate.runDetails.metadata.invocationId "$s1")" = "$id" ] || refuse "the statement is for another run"
+[ "$(jq -c .subject "$s2")" = "[{\"digest\":{\"gitCommit\":\"$C\"},\"name\":\"source\"}]" ] || refuse "line 2's subject"
+
+# 6. Every file of the run folder is a subject with its digest, and every subject a file.
+(cd "$run" && find . -type f ! -path ./attestation.intoto.jsonl | sed 's|^\./||' | LC_ALL=C sort) > "$tmp/files"
+jq -r '.subject[].name' "$s1" | LC_ALL=C sort > "$tmp/subjects"
+cmp -s "$tmp/files" "$tmp/subjects" || refuse "the run folder's files are not the attested subjects"
+jq -r '.subject[] | "\(.digest.sha256)  \(.name)"' "$s1" > "$tmp/sums"
+(cd "$run" && sha256sum --quiet --strict -c "$tmp/sums" >/dev/null 2>&1) || refuse "a file changed after it was attested"
+
+# 7. The approval commit: signed by an approver, adding exactly the record the statement names.
+record=plans/approvals/$id.json
+signed_by_approver "$C" "$C^" || refuse "the approval commit $C is not signed by an approver"
+[ "$(g diff-tree --no-commit-id --name-status -r --no-renames "$C^" "$C")" = "$(printf 'A\t%s' "$record")" ] ||
+  refuse "the approval commit does more than add $record"
+rsha=$(g show "$C:$record" | sha)
+dep() { jq -r --arg n "$1" '.predicate.buildDefinition.resolvedDependencies[] | select(.name == $n) | .digest.sha256' "$s1"; }
+[ "$(dep "$record")" = "$rsha" ] || refuse "the attested approval record is not $record at C"
+[ "$(sha < "$run/approval.json")" = "$rsha" ] || refuse "approval.json is not the record at C"
+[ "$(jq -r .approval_sha256 "$run/start.json")" = "$rsha" ] && [ "$(jq -r .source_commit "$run/start.json")" = "$C" ] ||
+  refuse "start.json names another approval or commit"
+g show "$C:$record" > "$tmp/record"
+[ "$(jq -r .run_id "$tmp/record")" = "$id" ] || refuse "the record is for another run"
+stage=$(jq -r .predicate.buildDefinition.externalParameters.stage "$s1")
+[ "$(jq -r .stage "$tmp/record")" = "$stage" ] && [ "$(jq -r .stage "$run/start.json")" = "$stage" ] || refuse "another stage"
+[ "$(jq -r .source_anchor "$tmp/record")" = "$(g rev-parse "$C^")" ] || refuse "source_anchor is not C's parent"
+plan=$(jq -r .plan.path "$tmp/record"); psha=$(jq -r .plan.sha256 "$tmp/record")
+[ "$(g show "$C:$plan" | sha)" = "$psha" ] && [ "$(dep "$plan")" = "$psha" ] || refuse "the plan at C is not the plan approved"
+[ "$(jq -r --arg p "$plan" '.plans[$p]' "$card")" = "$psha" ] || refuse "the plan is not the plan the card registers"
+
+# 8. git's records of the start and the attestation, when the repository holds them.
+for pair in "start:start.json" "attestation:attestation.intoto.jsonl"; do
+  ref=refs/prereg/runs/$id/${pair%%:*}
+  if g rev-parse -q --verify "$ref" >/dev/null; then
+    [ "$(g cat-file blob "$ref" | sha)" = "$(sha < "$run/${pair#*:}")" ] || refuse "$ref records another ${pair#*:}"
+  fi
+done
+
+# 9. Each required run verifies too, its manifest as attested.
+for req in $(jq -r '.predicate.buildDefinition.resolvedDependencies[] | select((.name // "") | startswith("run:")) | "\(.name | split("/") | last)=\(.digest.sha256)"' "$s1"); do
+  other=$(dirname "$run")/${req%%=*}
+  [ "$(sha < "$other/manifest.json" 2>/dev/null)" = "${req#*=}" ] || refuse "the required run ${req%%=*}'s manifest is not the one attested"
+  bash "$0" "$repo" "$other" "$card" || refuse "required run ${req%%=*}"
+done
+echo "verified: $id"
