@@ -124,7 +124,18 @@ plan=$(jq -r .plan.path "$tmp/record"); psha=$(jq -r .plan.sha256 "$tmp/record")
 [ "$(g show "$C:$plan" | sha)" = "$psha" ] && [ "$(dep "$plan")" = "$psha" ] || refuse "the plan at C is not the plan approved"
 [ "$(jq -r --arg p "$plan" '.plans[$p]' "$card")" = "$psha" ] || refuse "the plan is not the plan the card registers"
 
-# 8. git's records of the start and the attestation, when the repository holds them.
+# 8. The witness the signed record names (the card's, when it registers one) holds this
+#    start record: not another (a rerun), not none (it was skipped).
+url=$(jq -r '.witness.url // empty' "$tmp/record")
+carded=$(jq -r '.witness // empty' "$card")
+[ -z "$carded" ] || [ "$url" = "$carded" ] || refuse "the card registers the witness $carded; the approval names ${url:-none}"
+if [ -n "$url" ]; then
+  held=$(GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 git ls-remote "$url" "refs/prereg/runs/$id/start" | cut -f1)
+  [ -n "$held" ] || refuse "the witness holds no start record of $id"
+  [ "$held" = "$(g hash-object --stdin < "$run/start.json")" ] || refuse "the witness holds another start of $id (a rerun)"
+fi
+
+# 9. git's records of the start and the attestation, when the repository holds them.
 for pair in "start:start.json" "attestation:attestation.intoto.jsonl"; do
   ref=refs/prereg/runs/$id/${pair%%:*}
   if g rev-parse -q --verify "$ref" >/dev/null; then
@@ -132,7 +143,7 @@ for pair in "start:start.json" "attestation:attestation.intoto.jsonl"; do
   fi
 done
 
-# 9. Each required run verifies too, its manifest as attested.
+# 10. Each required run verifies too, its manifest as attested.
 for req in $(jq -r '.predicate.buildDefinition.resolvedDependencies[] | select((.name // "") | startswith("run:")) | "\(.name | split("/") | last)=\(.digest.sha256)"' "$s1"); do
   other=$(dirname "$run")/${req%%=*}
   [ "$(sha < "$other/manifest.json" 2>/dev/null)" = "${req#*=}" ] || refuse "the required run ${req%%=*}'s manifest is not the one attested"

@@ -48,6 +48,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
         next_free_run_id,
         rehearsal_warning,
     )
+    from prereg.kinds.plans import load_plan, signing_required
     from prereg.records import describe_amendment, describe_disclosures
     from prereg.records.runs import RunLayout
 
@@ -67,6 +68,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
             use_runs=use_runs,
             accept_deviations=args.accept_deviations,
             amend=args.amend,
+            witness=args.witness,
         )
     except (ApprovalError, SchemaError, OSError, ValueError, LookupError) as err:
         print(f"prereg approve: refused: {err}", file=sys.stderr)
@@ -92,7 +94,15 @@ def cmd_approve(args: argparse.Namespace) -> int:
     print(f"wrote {rel}")
     print("commit it, then run the stage:")
     print(f"  git add {rel}")
-    print(f"  git commit -m 'Approve {run_id}'")
+    signed = (
+        " -S"
+        if signing_required(load_plan(root / record["plan"]["path"]).stage(args.stage))
+        else ""
+    )
+    print(
+        f"  git commit{signed} -m 'Approve {run_id}'"
+        + ("   # signed by an approver" if signed else "")
+    )
     print(f"  {_tool(root, 'pytest')} --research-stage={args.stage}   # add -n 2 for two workers")
     folder = RunLayout(root, run_id).folder.relative_to(root)
     print(f"then audit it: {_tool(root, 'prereg')} audit {folder}")
@@ -447,7 +457,7 @@ def cmd_register(args: argparse.Namespace) -> int:
     from prereg.proof.card import CardProblem
 
     try:
-        text = signing.register(_root(), args.commit)
+        text = signing.register(_root(), args.commit, witness=args.witness)
     except (signing.SigningRefused, CardProblem) as err:
         print(f"prereg register: refused: {err}", file=sys.stderr)
         return 2
@@ -483,6 +493,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return verdict.code
 
 
+def cmd_witness(args: argparse.Namespace) -> int:
+    # loaded by the command that uses it, so `prereg --help` stays light
+    from prereg.proof.witness import WitnessProblem, init
+
+    try:
+        made = init(Path(args.path))
+    except WitnessProblem as err:
+        print(f"prereg witness: refused: {err}", file=sys.stderr)
+        return 2
+    print(f"witness made: {made.resolve()} (a bare repository; refs/prereg/* created once)")
+    print(
+        "host it where the operator cannot rewrite it; name it at approval: "
+        f"prereg approve --witness {made.resolve()} ..."
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="prereg", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -516,6 +543,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="WHY",
         help="why the plan differs from the one the stage's previous approval bound (required "
         "then; recorded in the approval with every changed field)",
+    )
+    approve.add_argument(
+        "--witness",
+        metavar="URL",
+        help="a git remote the operator cannot rewrite (prereg witness init) that must take the "
+        "run's start record before any item runs; a rerun under a spent approval is then "
+        "refused by it, and prereg verify checks it",
     )
     approve.add_argument(
         "--accept-deviations",
@@ -638,6 +672,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     register.add_argument("--commit", help="the freeze commit (default: HEAD of a clean tree)")
     register.add_argument("--output", "-o", help="write the card to this file")
+    register.add_argument(
+        "--witness", metavar="URL", help="the witness every approval must name (prereg witness)"
+    )
     register.set_defaults(func=cmd_register)
 
     verify = sub.add_parser(
@@ -649,6 +686,13 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--card", required=True, help="the registration card (JSON)")
     verify.add_argument("--repo", help="the repository (default: the one holding the run folder)")
     verify.set_defaults(func=cmd_verify)
+
+    witness = sub.add_parser(
+        "witness", help="make a witness for spent run ids: init PATH (a bare git repository)"
+    )
+    witness.add_argument("action", choices=("init",))
+    witness.add_argument("path", help="the bare repository to make")
+    witness.set_defaults(func=cmd_witness)
     return parser
 
 

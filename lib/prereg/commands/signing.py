@@ -79,8 +79,9 @@ def ensure_role_files(root: Path) -> list[str]:
     return made
 
 
-def register(root: Path, commit: str | None) -> str:
-    """The card of ``commit`` (default: HEAD of a clean tree), as canonical JSON text."""
+def register(root: Path, commit: str | None, *, witness: str | None = None) -> str:
+    """The card of ``commit`` (default: HEAD of a clean tree), naming ``witness`` when
+    given, as canonical JSON text."""
     if commit is None:
         dirty = gitrepo.dirty_paths(root)
         if dirty:
@@ -92,7 +93,10 @@ def register(root: Path, commit: str | None) -> str:
     resolved = gitrepo.resolve(root, commit)
     if resolved is None:
         raise SigningRefused(f"no commit {commit!r} in {root}")
-    return json.dumps(cards.make(root, resolved), indent=2, sort_keys=True) + "\n"
+    card = cards.make(root, resolved)
+    if witness is not None:
+        card["witness"] = witness
+    return json.dumps(card, indent=2, sort_keys=True) + "\n"
 
 
 def verify(root: Path, run_dir: Path, card_path: Path) -> Verdict:

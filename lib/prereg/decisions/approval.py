@@ -458,6 +458,7 @@ def create_approval(
     use_runs: dict[str, str],
     accept_deviations: bool,
     amend: str | None = None,
+    witness: str | None = None,
 ) -> Path:
     """Write the approval record for one run from the current clean HEAD; return its path.
 
@@ -557,6 +558,8 @@ def create_approval(
     # Every rehearsal of the stage since its previous approval: what was tried, and seen, before.
     approvals = list_approvals(root)
     record["rehearsals"] = undisclosed_rehearsals(root, stage, approvals)
+    if witness is not None:
+        record["witness"] = {"url": witness}
     amended = amendment(root, stage, plan, approvals, amend)
     if amended is not None:
         record["amendment"] = amended

@@ -81,6 +81,8 @@ class Facts:
     # why the approval commit is not signed by an approver, when the stage requires it
     # (prereg.proof.commits.signing_problems; () when it need not be)
     signature_problems: tuple[str, ...] = ()
+    # why the witness the approval names cannot take the run's start (prereg.proof.witness)
+    witness_problems: tuple[str, ...] = ()
 
     @property
     def run_id(self) -> str:
@@ -315,6 +317,13 @@ def approval_signature(f: Facts) -> list[Refusal]:
     return [Refusal("approval-signature", p) for p in f.signature_problems]
 
 
+@audited("witness", "check_witness")
+def witness(f: Facts) -> list[Refusal]:
+    """An approval that names a witness runs only when the witness answers and records no
+    start of the run id: it takes the start record before any item runs."""
+    return [Refusal("witness", p) for p in f.witness_problems]
+
+
 @audited(
     "seed-namespace",
     why_not="judged among the approvals when one is written; a run records its namespace "
@@ -425,6 +434,7 @@ RUN_CONDITIONS: tuple[Condition, ...] = (
     stage_and_run_id,
     approval_signature,
     run_id_unused,
+    witness,
     single_attempt,
     environment,
     environment_lock,
@@ -444,6 +454,7 @@ APPROVE_CONDITIONS: tuple[Condition, ...] = (
     own_package,
     approval_signature,
     run_id_unused,
+    witness,
     single_attempt,
     seed_namespace,
     executed_code,
@@ -569,6 +580,31 @@ def _committed(root: Path, head: str, rel: str) -> bytes | None:
         return None
 
 
+def witness_problems(root: Path, record: dict) -> list[str]:
+    """Why the witness the approval names (if any) cannot take the run's start record."""
+    url = (record.get("witness") or {}).get("url")
+    if not url:
+        return []
+    held, problem = ledger.witnessed_start(root, url, record["run_id"])
+    shown = ledger.shown_url(url)
+    if problem is not None:
+        return [
+            (
+                f"the approval names the witness {shown}, which cannot be asked ({problem}): a run "
+                "whose approval names a witness starts only when the witness can take its start"
+            )
+        ]
+    if held is not None:
+        return [
+            (
+                f"the witness {shown} records a start of run {record['run_id']} "
+                f"({ledger.start_ref(record['run_id'])}): one approval, one run; no retry. Approve "
+                "a new run id"
+            )
+        ]
+    return []
+
+
 def gather(
     root: Path,
     record: dict,
@@ -678,6 +714,7 @@ def gather(
             if spec and signing_required(spec) and head
             else ()
         ),
+        witness_problems=tuple(witness_problems(root, record) if consult_remotes else ()),
         module_missing=(
             spec["module"] if spec.get("module") and not (code / spec["module"]).is_file() else None
         ),

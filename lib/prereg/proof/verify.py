@@ -251,6 +251,41 @@ def _judge_approval(root, folder, provenance, commit, card, verdict) -> None:
         )
     if not signature:
         verdict.said.append(f"approval {commit[:12]} signed by an approver; plan as registered")
+    _judge_witness(root, folder, record, card, verdict)
+
+
+def witness_disagrees(root: Path, url: str, run_id: str, start: bytes) -> list[str] | None:
+    """What the witness at ``url`` says against the run's start record ``start``: it holds
+    none, or another (a rerun); None when it cannot be asked."""
+    held, problem = ledger.witnessed_start(root, url, run_id)
+    shown = ledger.shown_url(url)
+    if problem is not None:
+        return None
+    if held is None:
+        return [f"the witness {shown} holds no start record of run {run_id}: it was never pushed"]
+    if held != gitrepo.object_id("blob", start, gitrepo.object_format(root)):
+        return [f"the witness {shown} holds another start of run {run_id} (a rerun)"]
+    return []
+
+
+def _judge_witness(root, folder, record, card, verdict) -> None:
+    run_id = folder.folder.name
+    url = (record.get("witness") or {}).get("url")
+    if card.get("witness") and url != card["witness"]:
+        verdict.problems.append(
+            f"the card registers the witness {card['witness']} and the approval names "
+            f"{url or 'none'}: the witness was skipped"
+        )
+        return
+    if not url:
+        return
+    found = witness_disagrees(root, url, run_id, folder.start.read_bytes())
+    if found is None:
+        verdict.could_not.append(f"the witness {ledger.shown_url(url)} cannot be asked")
+    elif found:
+        verdict.problems += found
+    else:
+        verdict.said.append(f"the witness {ledger.shown_url(url)} holds this start of {run_id}")
 
 
 def _judge_refs(root, folder, verdict) -> None:

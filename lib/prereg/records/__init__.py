@@ -318,6 +318,9 @@ APPROVAL_SCHEMA = {
     # installed extensions the stage's plan loaded (prereg.kinds.registry): group -> name -> origin
     "extensions": Optional(MapOf(MapOf(EXTENSION_ORIGIN))),
     "environment_lock": Optional(LOCK_SCHEMA),
+    # a git remote the operator cannot rewrite that must take the run's start record before
+    # any item runs (prereg.proof.witness)
+    "witness": Optional({"url": str}),
     # the stage's rehearsals git records that no earlier approval of the stage listed
     "rehearsals": Optional([DISCLOSURE_SCHEMA]),
     # how the plan differs from the one the stage's previous approval bound, and why

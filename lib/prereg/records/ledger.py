@@ -375,3 +375,16 @@ def publish(root: Path, remote: str, refs: list[str]) -> str | None:
     refspecs = [f"{ref}:{ref}" for ref in refs]
     url = remote_url(root, remote, push=True)
     return _remote_git(Path(root), url, "push", refspecs, ("--quiet", "--no-verify"))[1]
+
+
+def witnessed_start(root: Path, url: str, run_id: str) -> tuple[str | None, str | None]:
+    """(the object id the witness at ``url`` holds as the run's start, None), or (None, why
+    it could not be asked); (None, None): it holds none."""
+    listed, problem = _listed(Path(root), url, [start_ref(run_id)])
+    return listed.get(start_ref(run_id)), problem
+
+
+def witness_start(root: Path, url: str, run_id: str) -> str | None:
+    """Push the run's start record to the witness at ``url``; why it was refused, or None."""
+    ref = start_ref(run_id)
+    return _remote_git(Path(root), url, "push", [f"{ref}:{ref}"], ("--quiet", "--no-verify"))[1]

@@ -211,6 +211,17 @@ class Controller(XdistBridge, TerminalOutput):
                 "`prereg audit` names it. Free the disk or fix the permissions, then approve "
                 "a new run id"
             ) from None
+        witness = (record.data.get("witness") or {}).get("url")
+        refused = witness and ledger.witness_start(self.root, witness, record.run_id)
+        if refused:
+            _drop_junit_report(self.config)
+            raise pytest.UsageError(
+                f"run {record.run_id} is spent (git records its start in "
+                f"{ledger.start_ref(record.run_id)}) but the witness "
+                f"{ledger.shown_url(witness)} its approval names did not take the start "
+                f"record: {refused}. No item ran. A witness refuses a run id it has seen "
+                "started: approve a new run id (if it could not be reached, that too)"
+            )
         disclosed = [  # the rehearsals its approval lists, as git here still holds them
             ledger.rehearsal_ref(run.stage, d["name"]) for d in record.data.get("rehearsals", [])
         ]

@@ -35,6 +35,7 @@ from prereg.kinds.plans import signing_required
 from prereg.kinds.registry import STAGE_KINDS, group_problem
 from prereg.proof import attest, commits
 from prereg.proof.keys import RUNNERS
+from prereg.proof.verify import witness_disagrees
 from prereg.records import (
     APPROVAL_COPY,
     ATTESTATION,
@@ -642,6 +643,16 @@ def check_attestation(ev: Evidence) -> list[str]:
     )
 
 
+def check_witness(ev: Evidence) -> list[str]:
+    """The witness the approval names holds the run's start record, byte for byte (judged
+    when the witness answers)."""
+    url = ((ev.approval or {}).get("witness") or {}).get("url")
+    start = ev.run_bytes.get(START_RECORD)
+    if not url or start is None or ev.run_id is None or not ev.git_answers:
+        return []
+    return witness_disagrees(ev.root, url, ev.run_id, start) or []
+
+
 def check_records_intact(ev: Evidence) -> list[str]:
     """Each record git holds for the run that cannot be read back intact."""
     return [
@@ -784,6 +795,7 @@ CHECKS: tuple[Check, ...] = (
     check_refs,
     check_approval_signature,
     check_attestation,
+    check_witness,
     check_plan_at_source,
     check_single_attempt,
     check_required_runs,
