@@ -31,11 +31,7 @@ from prereg.decisions.audit.evidence import (
     _value_at,
 )
 from prereg.evidence import envlock, execution
-from prereg.kinds.plans import signing_required
 from prereg.kinds.registry import STAGE_KINDS, group_problem
-from prereg.proof import attest, commits
-from prereg.proof.keys import RUNNERS
-from prereg.proof.verify import witness_disagrees
 from prereg.records import (
     APPROVAL_COPY,
     ATTESTATION,
@@ -623,34 +619,19 @@ def check_committed(ev: Evidence) -> list[str]:
 def check_approval_signature(ev: Evidence) -> list[str]:
     """A stage whose plan requires a signed approval ran from an approval commit an approver
     signed (the gate's condition approval-signature, one function)."""
-    if not ev.source_checked or ev.plan is None or ev.stage not in ev.plan.stages:
-        return []
-    if not signing_required(ev.plan.stage(ev.stage)):
-        return []
-    return commits.signing_problems(ev.root, str(ev.source_commit), at_approval=False)
+    return list(ev.signature_problems)
 
 
 def check_attestation(ev: Evidence) -> list[str]:
     """The run's attestation is git's record of it, its statements are what the run folder
     gives now, and its signatures hold against the runners file of the run's commit."""
-    if not ev.source_checked or not ev.refs_checked or ev.run_id is None:
-        return []
-    return attest.problems(
-        ev.root,
-        ev.run_dir,
-        ledger.read(ev.root, ledger.attestation_ref(ev.run_id)),
-        commits.role_file(ev.root, str(ev.source_commit), RUNNERS),
-    )
+    return list(ev.attestation_problems)
 
 
 def check_witness(ev: Evidence) -> list[str]:
     """The witness the approval names holds the run's start record, byte for byte (judged
     when the witness answers)."""
-    url = ((ev.approval or {}).get("witness") or {}).get("url")
-    start = ev.run_bytes.get(START_RECORD)
-    if not url or start is None or ev.run_id is None or not ev.git_answers:
-        return []
-    return witness_disagrees(ev.root, url, ev.run_id, start) or []
+    return list(ev.witness_problems)
 
 
 def check_records_intact(ev: Evidence) -> list[str]:

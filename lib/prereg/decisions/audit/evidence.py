@@ -24,7 +24,10 @@ from prereg.base.hashing import (
 )
 from prereg.base.schema import SchemaError, validate
 from prereg.decisions.manifest import describe
-from prereg.kinds.plans import PLAN_SCHEMA, Plan
+from prereg.kinds.plans import PLAN_SCHEMA, Plan, signing_required
+from prereg.proof import attest, commits
+from prereg.proof.keys import RUNNERS
+from prereg.proof.verify import witness_disagrees
 from prereg.records import (
     APPROVAL_COPY,
     APPROVAL_SCHEMA,
@@ -189,6 +192,10 @@ class Evidence:
     committed_sha256: Mapping[str, str | None] | None = None
     # -- bound inputs: name -> {"exists", "sha256"} (file) or {"repository", "has_commit"} (git)
     inputs: Mapping[str, dict] = field(default_factory=dict)
+    # -- what prereg.proof judges of the run (read with git and the witness once)
+    signature_problems: tuple[str, ...] = ()  # its approval commit's, when its plan requires it
+    attestation_problems: tuple[str, ...] = ()  # its attestation against the run folder and git
+    witness_problems: tuple[str, ...] = ()  # what the witness its approval names says
     # -- parts of the gathering that stopped on an unexpected error (blockers)
     gather_problems: tuple[str, ...] = ()
 
@@ -534,6 +541,34 @@ def _read_inputs(ev: Evidence) -> dict:
 
 
 # Each step reads what the steps before it gathered; its name says what stopped, if one does.
+def _judge_proof(ev: Evidence) -> dict:
+    """What :mod:`prereg.proof` finds of the run: the approval commit's signature (when the
+    plan requires one: the gate's function), the attestation, and the witness (when it
+    answers)."""
+    run_id, source = ev.run_id, ev.source_commit
+    if not ev.source_checked or not ev.refs_checked or run_id is None or source is None:
+        return {}
+    got: dict[str, Any] = {}
+    plan = ev.plan
+    if plan is not None and ev.stage in plan.stages and signing_required(plan.stage(ev.stage)):
+        got["signature_problems"] = tuple(
+            commits.signing_problems(ev.root, source, at_approval=False)
+        )
+    got["attestation_problems"] = tuple(
+        attest.problems(
+            ev.root,
+            ev.run_dir,
+            ledger.read(ev.root, ledger.attestation_ref(run_id)),
+            commits.role_file(ev.root, source, RUNNERS),
+        )
+    )
+    url = ((ev.approval or {}).get("witness") or {}).get("url")
+    start = ev.run_bytes.get(START_RECORD)
+    if url and start is not None:
+        got["witness_problems"] = tuple(witness_disagrees(ev.root, url, run_id, start) or ())
+    return got
+
+
 GATHER_STEPS: tuple[tuple[str, Callable[[Evidence], dict]], ...] = (
     ("the run's records", _load_records),
     ("the run folder", _read_folder),
@@ -544,6 +579,7 @@ GATHER_STEPS: tuple[tuple[str, Callable[[Evidence], dict]], ...] = (
     ("git's records of the run", _read_ledger),
     ("the committed plugin files", _hash_committed_plugins),
     ("the bound inputs", _read_inputs),
+    ("the signatures, the attestation and the witness", _judge_proof),
 )
 
 
