@@ -11,9 +11,11 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prereg.records import APPROVAL_COPY, ATTESTATION, ITEM_LOG, JUNIT, MANIFEST, START_RECORD
+
 # The run's own records: times, host, environment, hashes of the approval; they differ by
 # construction between two runs and are not results.
-RUN_RECORDS = {"start.json", "approval.json", "manifest.json", "junit.xml", "items.jsonl"}
+RUN_RECORDS = {START_RECORD, APPROVAL_COPY, MANIFEST, JUNIT, ITEM_LOG, ATTESTATION}
 # Measured CPU time: a measurement of the machine, never equal between two runs.
 TIMING_SUFFIX = ".timing.json"
 

@@ -27,8 +27,9 @@ from prereg.records.runs import RunLayout
 @dataclass
 class ScratchProject:
     root: Path
-    # Variables every command run here gets (set_up_signing names the runner's key).
-    env: dict[str, str] = field(default_factory=dict)
+    # Variables every command run here gets (set_up_signing names the runner's key); not an
+    # argument, so a subclass's own fields stay positional.
+    env: dict[str, str] = field(default_factory=dict, init=False)
 
     def init(
         self,

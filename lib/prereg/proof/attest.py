@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from prereg.proof import dsse, keys
-from prereg.proof.statement import StatementProblem, payload, statements
+from prereg.proof.statement import payload, statements
 from prereg.records import ATTESTATION
 
 
@@ -41,41 +41,36 @@ def write(root: Path, run_dir: Path, target: Path, key: dsse.PrivateKey | None) 
     return data
 
 
-def problems(root: Path, run_dir: Path, recorded: bytes | None, runners: bytes | None) -> list[str]:
-    """What the audit finds in a run's attestation: git's record of it and the file differ
-    (or one is missing), a statement is not the one the run folder gives now, or a signature
-    does not verify against ``runners`` (the runners file at the run's commit). A run with
-    neither file nor record (made before attestations) and an unsigned attestation give
-    nothing here: ``prereg verify`` is what refuses them."""
+def problems(run_dir: Path, recorded: bytes | None, runners: bytes | None) -> list[str]:
+    """What the audit finds in a run's attestation: it is not the attestation git recorded
+    when the run wrote it (edited, replaced, copied from another run, deleted), or a
+    signature does not verify against ``runners`` (the runners file at the run's commit).
+    Whether its statements match the files is the manifest's checks here, and
+    ``prereg verify``'s from a card. A run with neither file nor record (made before
+    attestations) and an unsigned attestation give nothing here: ``prereg verify`` refuses
+    them."""
     target = Path(run_dir) / ATTESTATION
     if not target.is_file():
-        if recorded is None:
-            return []
-        return [f"{ATTESTATION} is missing; git records one for the run"]
+        return (
+            [] if recorded is None else [f"{ATTESTATION} is missing; git records one for the run"]
+        )
     data = target.read_bytes()
-    if recorded is not None and data != recorded:
+    if recorded is None:
+        return [f"{ATTESTATION}: git records no attestation of the run; the run did not write it"]
+    if data != recorded:
         return [f"{ATTESTATION} is not the attestation git records for the run"]
     try:
         envelopes = [json.loads(line) for line in data.splitlines()]
-        now = [payload(s) for s in statements(root, run_dir)]
-    except (ValueError, StatementProblem) as err:
-        return [f"{ATTESTATION} cannot be read or rebuilt: {err}"]
-    found = []
-    if [dsse.payload_of(e) if isinstance(e, dict) else None for e in envelopes] != now:
-        found.append(
-            f"{ATTESTATION}: its statements are not the run folder's (a file, record or "
-            "dependency differs from what was attested, or the attestation is another run's)"
-        )
-    signed = [e for e in envelopes if isinstance(e, dict) and e.get("signatures")]
-    if signed:
-        try:
-            signers = keys.parse_signers(
-                (runners or b"").decode("utf-8"), keys.role_path(keys.RUNNERS)
-            )
-            for envelope in envelopes:
-                dsse.verify(envelope, signers, keys.RUN_NAMESPACE)
-        except dsse.NoCrypto:
-            pass  # nothing to judge the signatures with here; prereg verify says so
-        except (dsse.SignatureProblem, keys.KeyProblem, UnicodeDecodeError) as err:
-            found.append(f"{ATTESTATION}: a signature does not hold: {err}")
-    return found
+    except ValueError as err:
+        return [f"{ATTESTATION} cannot be read: {err}"]
+    if not any(isinstance(e, dict) and e.get("signatures") for e in envelopes):
+        return []
+    try:
+        signers = keys.parse_signers((runners or b"").decode("utf-8"), keys.role_path(keys.RUNNERS))
+        for envelope in envelopes:
+            dsse.verify(envelope, signers, keys.RUN_NAMESPACE)
+    except dsse.NoCrypto:
+        return []  # nothing to judge the signatures with here; prereg verify says so
+    except (dsse.SignatureProblem, keys.KeyProblem, UnicodeDecodeError) as err:
+        return [f"{ATTESTATION}: a signature does not hold: {err}"]
+    return []

@@ -556,7 +556,6 @@ def _judge_proof(ev: Evidence) -> dict:
         )
     got["attestation_problems"] = tuple(
         attest.problems(
-            ev.root,
             ev.run_dir,
             ledger.read(ev.root, ledger.attestation_ref(run_id)),
             commits.role_file(ev.root, source, RUNNERS),
