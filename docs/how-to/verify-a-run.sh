@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Verify a prereg run without prereg: git, ssh-keygen, openssl (>= 3.0), jq, base64, sha256sum.
 #
-#   bash verify-a-run.sh REPOSITORY RUN_FOLDER CARD
+#   bash verify-a-run.sh REPOSITORY RUN_FOLDER CARD [--require-audit]
 #
 # REPOSITORY: a clone of the project (with its refs/prereg/* fetched, when it has them);
 # RUN_FOLDER: runs/<run-id> as the operator handed it over; CARD: the registration card the
-# researcher published. Exit 0: verified; 1: refused (the reason on stderr). The same checks
+# researcher published; --require-audit: also a passing audit an auditor signed. Exit 0: verified; 1: refused (the reason on stderr). The same checks
 # as `prereg verify` (docs/how-to/verify-a-run.md), which checks/proof/ runs side by side.
 set -euo pipefail
 repo=$(cd "$1" && pwd); run=$(cd "$2" && pwd); card=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")
@@ -43,15 +43,17 @@ g cat-file -e "$C^{commit}" 2>/dev/null || refuse "the attested commit $C is not
 
 # 3. Role files change after F only in commits an approver of the parent signed.
 g merge-base --is-ancestor "$F" "$C" || refuse "$C does not descend from F"
-approvers_of() { g show "$1:.prereg/approvers" > "$tmp/approvers" 2>/dev/null || : > "$tmp/approvers"; }
-signed_by_approver() {  # commit, the commit whose approvers file judges it
-  approvers_of "$2"
-  [ "$(g -c gpg.ssh.allowedSignersFile="$tmp/approvers" log -1 --format=%G? "$1")" = G ]
+signed_by() {  # commit, the commit whose role file judges it, the role (default approvers)
+  g show "$2:.prereg/${3:-approvers}" > "$tmp/allowed" 2>/dev/null || : > "$tmp/allowed"
+  [ "$(g -c gpg.ssh.allowedSignersFile="$tmp/allowed" log -1 --format=%G? "$1")" = G ]
 }
-for c in $(g rev-list --reverse --full-history --topo-order "$F..$C" -- .prereg); do
-  [ "$(g rev-list --parents -n 1 "$c" | wc -w)" -eq 2 ] || refuse "role files changed in merge $c"
-  signed_by_approver "$c" "$c^" || refuse "commit $c changes .prereg/ and is not signed by an approver"
-done
+role_history() {  # every change of .prereg/ after $1 up to $2 signed by an approver of its parent
+  for c in $(g rev-list --reverse --full-history --topo-order "$1..$2" -- .prereg); do
+    [ "$(g rev-list --parents -n 1 "$c" | wc -w)" -eq 2 ] || refuse "role files changed in merge $c"
+    signed_by "$c" "$c^" || refuse "commit $c changes .prereg/ and is not signed by an approver"
+  done
+}
+role_history "$F" "$C"
 
 # 4. Each envelope: payloadType, and every signature by a runners key (keyid: its fingerprint,
 #    namespace prereg-run) over PAE, checked by openssl.
@@ -106,7 +108,7 @@ jq -r '.subject[] | "\(.digest.sha256)  \(.name)"' "$s1" > "$tmp/sums"
 
 # 7. The approval commit: signed by an approver, adding exactly the record the statement names.
 record=plans/approvals/$id.json
-signed_by_approver "$C" "$C^" || refuse "the approval commit $C is not signed by an approver"
+signed_by "$C" "$C^" || refuse "the approval commit $C is not signed by an approver"
 [ "$(g diff-tree --no-commit-id --name-status -r --no-renames "$C^" "$C")" = "$(printf 'A\t%s' "$record")" ] ||
   refuse "the approval commit does more than add $record"
 rsha=$(g show "$C:$record" | sha)
@@ -149,4 +151,23 @@ for req in $(jq -r '.predicate.buildDefinition.resolvedDependencies[] | select((
   [ "$(sha < "$other/manifest.json" 2>/dev/null)" = "${req#*=}" ] || refuse "the required run ${req%%=*}'s manifest is not the one attested"
   bash "$0" "$repo" "$other" "$card" || refuse "required run ${req%%=*}"
 done
+# 11. With --require-audit: the signed audit git records is a commit on top of a commit of
+#     the history, adding exactly audits/<id>.vsa.json, signed by an auditor of its parent; the
+#     summary is of this attestation, for this run, PASSED.
+if [ "${4:-}" = --require-audit ]; then
+  A=$(g rev-parse -q --verify "refs/prereg/runs/$id/signed-audit^{commit}") || refuse "no signed audit of $id"
+  [ "$(g rev-list --parents -n 1 "$A" | wc -w)" -eq 2 ] || refuse "the audit commit has not one parent"
+  g merge-base --is-ancestor "$F" "$A^" || refuse "the audit commit does not descend from F"
+  role_history "$F" "$A^"
+  signed_by "$A" "$A^" auditors || refuse "the audit commit is not signed by an auditor"
+  vsa=audits/$id.vsa.json
+  [ "$(g diff-tree --no-commit-id --name-status -r --no-renames "$A^" "$A")" = "$(printf 'A\t%s' "$vsa")" ] ||
+    refuse "the audit commit does more than add $vsa"
+  g show "$A:$vsa" > "$tmp/vsa"
+  [ "$(jq -r .predicateType "$tmp/vsa")" = https://slsa.dev/verification_summary/v1 ] || refuse "not a verification summary"
+  [ "$(jq -r '.predicate.inputAttestations[0].digest.sha256' "$tmp/vsa")" = "$(sha < "$att")" ] ||
+    refuse "the signed audit summarises another attestation"
+  case "$(jq -r .predicate.resourceUri "$tmp/vsa")" in */runs/"$id") ;; *) refuse "the signed audit is of another run" ;; esac
+  [ "$(jq -r .predicate.verificationResult "$tmp/vsa")" = PASSED ] || refuse "the auditor did not pass the run"
+fi
 echo "verified: $id"

@@ -243,7 +243,47 @@ def cmd_audit(args: argparse.Namespace) -> int:
     stored = None if result.verdict == COULD_NOT_AUDIT else _store_verdict(root, run_dir, result)
     if stored:
         print(stored)
+    if args.sign and result.verdict != COULD_NOT_AUDIT:
+        signed = _sign_audit(root, run_dir, result, args)
+        if signed is not None:
+            print(signed, file=sys.stderr)
+            return 2
     return result.exit_code
+
+
+def _sign_audit(root: Path, run_dir: Path, result, args: argparse.Namespace) -> str | None:
+    """Commit the run's verification summary signed (:mod:`prereg.proof.vsa`); say what was
+    done, or return why it could not be (None: done)."""
+    # loaded by the command that uses it, so `prereg --help` stays light
+    from prereg.base import gitrepo
+    from prereg.proof import vsa
+    from prereg.records import ATTESTATION, ledger
+    from prereg.records.verdicts import code_identity
+
+    if not (run_dir / ATTESTATION).is_file():
+        return f"prereg audit --sign: refused: {run_dir.name} has no {ATTESTATION} to summarise"
+    try:
+        source = json.loads((run_dir / "start.json").read_bytes())["source_commit"]
+        statement = vsa.summary(
+            root,
+            run_dir,
+            clean=not result.findings,
+            replayed=result.replayed,
+            package_sha256=code_identity()["package_sha256"],
+        )
+        key = Path(args.signing_key).absolute() if args.signing_key else None
+        made = vsa.commit(root, run_dir.name, source, statement, key)
+    except (OSError, ValueError, KeyError, gitrepo.GitError) as err:
+        return (
+            f"prereg audit --sign: refused: {err}. Sign with an auditor's key: git config "
+            "gpg.format ssh and user.signingkey KEY (a key of .prereg/auditors)"
+        )
+    verdict = statement["predicate"]["verificationResult"]
+    print(
+        f"signed audit {made[:12]} ({verdict}) recorded as {ledger.signed_audit_ref(run_dir.name)}; "
+        f"push it: git push origin '{ledger.signed_audit_ref(run_dir.name)}'"
+    )
+    return None
 
 
 def _store_verdict(root: Path, run_dir: Path, result) -> str | None:
@@ -485,7 +525,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         root = root or gitrepo.toplevel(run_dir if run_dir.is_dir() else run_dir.parent)
         if not run_dir.is_dir():
             raise CardProblem(f"{args.run_dir} is not a run folder")
-        verdict = signing.verify(root, run_dir, Path(args.card))
+        verdict = signing.verify(root, run_dir, Path(args.card), require_audit=args.require_audit)
     except (CardProblem, gitrepo.GitError) as err:
         print(f"verify {run_dir.name}: could not verify\n  - {err}")
         return COULD_NOT
@@ -581,6 +621,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     audit.add_argument("run_dir")
     audit.add_argument("--no-replay", action="store_true", help="hashes and records only")
+    audit.add_argument(
+        "--sign",
+        action="store_true",
+        help="also commit the run's SLSA verification summary, signed with your git signing key "
+        "(a key of .prereg/auditors), as refs/prereg/runs/<run-id>/signed-audit",
+    )
+    audit.add_argument(
+        "--signing-key",
+        metavar="KEY",
+        help="with --sign: the SSH private key to sign with (default: git's user.signingkey)",
+    )
     audit.add_argument(
         "--repo",
         metavar="PATH",
@@ -685,6 +736,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("run_dir", help="runs/<run-id>")
     verify.add_argument("--card", required=True, help="the registration card (JSON)")
     verify.add_argument("--repo", help="the repository (default: the one holding the run folder)")
+    verify.add_argument(
+        "--require-audit",
+        action="store_true",
+        help="also require a passing audit signed by a key of .prereg/auditors (prereg audit --sign)",
+    )
     verify.set_defaults(func=cmd_verify)
 
     witness = sub.add_parser(

@@ -116,9 +116,9 @@ class ScratchProject:
         return done
 
     def set_up_signing(self, keys: Path) -> dict[str, Path]:
-        """Signing as a project sets it up: fresh keys ``approver`` and ``runner`` in folder
-        ``keys``, their lines in ``.prereg/approvers`` and ``.prereg/runners`` (the auditors
-        file empty), committed; git here signs every commit with the approver's key, and
+        """Signing as a project sets it up: fresh keys ``approver``, ``runner`` and
+        ``auditor`` in folder ``keys``, their lines in ``.prereg/approvers``, ``runners`` and
+        ``auditors``, committed; git here signs every commit with the approver's key, and
         runs sign with the runner's. Returns the private keys by name."""
         made = signing.set_up(self.root, keys)
         self.env[RUNNER_KEY_VARIABLE] = str(made["runner"])

@@ -4,12 +4,12 @@ The committed HEAD is cloned into ``demo-output/<time>/repo`` (with no remote: i
 never reach the project's ledger, :mod:`prereg.records.ledger`); there each stage is
 approved with its demo plan (``plans/demo/``), the approval committed (signed with a
 throwaway approver key), the stage run with pytest through the gate (its attestation signed
-with a throwaway runner key), the run audited and verified from the clone's registration
-card (:mod:`prereg.proof`). The clone's own ``lib/`` is put first on
-``PYTHONPATH`` so the code that runs is the code that was approved. The stages and their
-demo plans are :data:`prereg.commands.demo_steps.STEPS`, the ones the protocols declare
-(:data:`prereg.commands.demo_steps.PROTOCOL_DEMOS`; a caller may pass others, as the pipeline
-checks do); this module imports them, never the other way round.
+with a throwaway runner key), the run audited (the audit signed with a throwaway auditor
+key) and verified from the clone's registration card (:mod:`prereg.proof`). The clone's own
+``lib/`` is put first on ``PYTHONPATH`` so the code that runs is the code that was approved.
+The stages and their demo plans are :data:`prereg.commands.demo_steps.STEPS`, the ones the
+protocols declare (:data:`prereg.commands.demo_steps.PROTOCOL_DEMOS`; a caller may pass
+others, as the pipeline checks do); this module imports them, never the other way round.
 """
 
 from __future__ import annotations
@@ -107,12 +107,10 @@ def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = N
             if step.workers > 1:
                 pytest_cmd += ["-n", str(step.workers)]
             _run(pytest_cmd, clone, env)
-            _run([py, "-m", "prereg.cli", "audit", f"runs/{run_id}"], clone, env)
-            _run(
-                [py, "-m", "prereg.cli", "verify", f"runs/{run_id}", "--card", str(card)],
-                clone,
-                env,
-            )
+            audit = [py, "-m", "prereg.cli", "audit", f"runs/{run_id}", "--sign"]
+            _run([*audit, "--signing-key", str(made["auditor"])], clone, env)
+            verify = [py, "-m", "prereg.cli", "verify", f"runs/{run_id}", "--card", str(card)]
+            _run([*verify, "--require-audit"], clone, env)
             done_runs.append(RunLayout(clone, run_id))
             if step.after:
                 step.after(clone, run_id)

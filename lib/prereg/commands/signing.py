@@ -99,8 +99,8 @@ def register(root: Path, commit: str | None, *, witness: str | None = None) -> s
     return json.dumps(card, indent=2, sort_keys=True) + "\n"
 
 
-def verify(root: Path, run_dir: Path, card_path: Path) -> Verdict:
-    return verify_run(root, run_dir, cards.load(card_path))
+def verify(root: Path, run_dir: Path, card_path: Path, *, require_audit: bool = False) -> Verdict:
+    return verify_run(root, run_dir, cards.load(card_path), require_audit=require_audit)
 
 
 def describe(verdict: Verdict) -> list[str]:
@@ -118,15 +118,19 @@ def describe(verdict: Verdict) -> list[str]:
     ]
 
 
+# The throwaway keys of set_up, and the role each signs in.
+THROWAWAY = {"approver": keys.APPROVERS, "runner": keys.RUNNERS, "auditor": keys.AUDITORS}
+
+
 def set_up(root: Path, keys_dir: Path) -> dict[str, Path]:
-    """Signing in ``root`` with throwaway keys ``approver`` and ``runner`` made in
-    ``keys_dir``: their lines in the role files (auditors empty), and git there signing
-    every commit with the approver's key. The caller commits the role files. Returns the
-    private keys by name."""
-    made = {name: make_key(Path(keys_dir) / name, f"{name}@lab") for name in ("approver", "runner")}
+    """Signing in ``root`` with throwaway keys ``approver``, ``runner`` and ``auditor``
+    made in ``keys_dir``: each key's line in its role file, and git there signing every
+    commit with the approver's key. The caller commits the role files. Returns the private
+    keys by name."""
+    made = {name: make_key(Path(keys_dir) / name, f"{name}@lab") for name in THROWAWAY}
     ensure_role_files(root)
-    add_signer(root, keys.APPROVERS, "approver@lab", Path(f"{made['approver']}.pub"))
-    add_signer(root, keys.RUNNERS, "runner@lab", Path(f"{made['runner']}.pub"))
+    for name, role in THROWAWAY.items():
+        add_signer(root, role, f"{name}@lab", Path(f"{made[name]}.pub"))
     for name, value in (
         ("gpg.format", "ssh"),
         ("user.signingkey", str(made["approver"])),

@@ -97,15 +97,15 @@ def role_problems(data: bytes | None, where: str) -> list[str]:
     return []
 
 
-def signed_by_approver(root: Path, commit: str, trusted_at: str) -> tuple[bool, str]:
-    """Whether ``commit`` is signed by a key of the approvers file at ``trusted_at``, and
-    what git found, in words."""
-    where = f"{role_path(APPROVERS)} at {trusted_at[:12]}"
-    approvers = role_file(root, trusted_at, APPROVERS)
-    problems = role_problems(approvers, where)
+def signed_by(root: Path, commit: str, trusted_at: str, role: str = APPROVERS) -> tuple[bool, str]:
+    """Whether ``commit`` is signed by a key of ``role``'s file at ``trusted_at``, and what
+    git found, in words."""
+    where = f"{role_path(role)} at {trusted_at[:12]}"
+    allowed = role_file(root, trusted_at, role)
+    problems = role_problems(allowed, where)
     if problems:
         return False, "; ".join(problems)
-    found = signature(root, commit, approvers or b"")
+    found = signature(root, commit, allowed or b"")
     if found.good:
         return True, f"signed by {found.principal} ({found.key}), checked against {where}"
     return False, f"{found.describe()}, checked against {where}"
@@ -140,7 +140,7 @@ def role_history_problems(root: Path, trusted: str, commit: str) -> list[str]:
                 "a commit of their own, signed by an approver"
             )
             continue
-        good, said = signed_by_approver(root, change, parents[0])
+        good, said = signed_by(root, change, parents[0])
         if not good:
             problems.append(
                 f"commit {change[:12]} changes {ROLES_DIR}/ and is not signed by an "
@@ -182,7 +182,7 @@ def approval_problems(root: Path, commit: str, *, trusted: str | None) -> list[s
     if start is None:
         return [_no_approvers()]
     problems = role_history_problems(root, start, parent)
-    good, said = signed_by_approver(root, commit, parent)
+    good, said = signed_by(root, commit, parent)
     if not good:
         problems.append(
             f"the approval commit {commit[:12]} is not signed by an approver: {said}; sign it "

@@ -15,7 +15,9 @@ docs/how-to/verify-a-run.md; the checks run both on the same runs.
 4. every file of the run folder is a subject with its digest, and every subject a file;
 5. git's record of the start and of the attestation, when the repository holds them, are
    the run folder's;
-6. each required run verifies too.
+6. each required run verifies too;
+7. with ``require_audit``, an auditor signed a passing verification summary of this
+   attestation (:mod:`prereg.proof.vsa`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 from prereg.base import gitrepo
 from prereg.base.hashing import sha256_file
 from prereg.proof import card as cards
-from prereg.proof import dsse
+from prereg.proof import dsse, vsa
 from prereg.proof.commits import approval_problems, role_file, role_history_problems
 from prereg.proof.keys import RUN_NAMESPACE, RUNNERS, KeyProblem, parse_signers, role_path
 from prereg.proof.statement import (
@@ -87,7 +89,14 @@ def _digest(deps: list, name: str) -> dict:
     return {}
 
 
-def verify_run(root: Path, run_dir: Path, card: dict, *, _seen: frozenset = frozenset()) -> Verdict:
+def verify_run(
+    root: Path,
+    run_dir: Path,
+    card: dict,
+    *,
+    require_audit: bool = False,
+    _seen: frozenset = frozenset(),
+) -> Verdict:
     """Every check of the module docstring for the run in ``run_dir`` (a folder of ``root``'s
     ``runs/``), against ``card``."""
     root, run_dir = Path(root), Path(run_dir)
@@ -147,6 +156,11 @@ def verify_run(root: Path, run_dir: Path, card: dict, *, _seen: frozenset = froz
     _judge_approval(root, folder, provenance, commit, card, verdict)
     _judge_refs(root, folder, verdict)
     _judge_required(root, run_dir, provenance, card, _seen | {run_id}, verdict)
+    if require_audit:
+        wrong, said = vsa.problems(root, run_id, folder.attestation.read_bytes(), freeze)
+        verdict.problems += wrong
+        if not wrong:
+            verdict.said.append(f"audit passed, {said}")
     return verdict
 
 

@@ -149,6 +149,8 @@ REHEARSALS_DIR = "rehearsals"  # <rehearsal name>/
 
 # Approval records, committed: ``plans/approvals/<run-id>.json`` (relative to the checkout).
 APPROVALS_DIR = "plans/approvals"
+# Signed audits, committed by the auditor: audits/<run-id>.vsa.json (prereg.proof.vsa).
+SIGNED_AUDITS_DIR = "audits"
 
 
 def approval_record(run_id: str) -> str:
@@ -157,6 +159,12 @@ def approval_record(run_id: str) -> str:
     The run id is not checked here (a record names the id it holds); build a file path with
     :func:`prereg.decisions.approval.approval_path`, which checks it first."""
     return f"{APPROVALS_DIR}/{run_id}.json"
+
+
+def signed_audit_record(run_id: str) -> str:
+    """``audits/<run-id>.vsa.json``: the auditor's verification summary of the run, relative
+    to the checkout, committed in a commit the auditor signs."""
+    return f"{SIGNED_AUDITS_DIR}/{run_id}.vsa.json"
 
 
 # -- a manifest's status -----------------------------------------------------------------------

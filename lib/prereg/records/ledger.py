@@ -54,6 +54,12 @@ def attestation_ref(run_id: str) -> str:
     return f"{NAMESPACE}/runs/{run_id}/attestation"
 
 
+def signed_audit_ref(run_id: str) -> str:
+    """The auditor's signed commit of the run's verification summary (prereg.proof.vsa): a
+    commit whose parent is the run's source commit, never on a branch; created once."""
+    return f"{NAMESPACE}/runs/{run_id}/signed-audit"
+
+
 def attempt_ref(stage: str) -> str:
     return f"{NAMESPACE}/single-attempt/{stage}"
 

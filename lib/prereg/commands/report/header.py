@@ -342,6 +342,18 @@ def audit_section(verdict: AuditVerdict) -> str:
 SPENT_CONDITION = "run-id-unused"  # prereg.decisions.gate.run_id_unused
 
 
+def signatures_section(rows: list[tuple[str, str]]) -> str:
+    """Who approved, ran and audited, by the keys that signed (:mod:`prereg.proof.who`)."""
+    body = [
+        h.key_values(rows),
+        h.paragraph(
+            "Names come from the repository's own role files (.prereg/); prereg verify checks "
+            "them against the project's published registration card."
+        ),
+    ]
+    return h.section("Signatures", "\n".join(body), section_id="signatures")
+
+
 def refusal_note(refusals: list[dict]) -> str:
     """What a refusal page says of the run id and the fix; it never calls a run id unspent
     when the refusal is that an earlier run spent it (condition run-id-unused)."""

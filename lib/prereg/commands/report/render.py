@@ -26,6 +26,7 @@ from prereg.kinds.report.model import (
     refusals,
 )
 from prereg.kinds.report.sections import SectionContext, kind_named, section_for
+from prereg.proof import who
 from prereg.records.runs import RunLayout, all_runs, reports_dir, reports_index, valid_run_id
 
 AUDIT_MODES = ("full", "cached", "none")
@@ -98,6 +99,7 @@ def render_report(
         header.preregistration_section(plan, record.stage, plan_source=plan_source),
         header.header_section(record, plan_source=plan_source, kind=kind),
         header.audit_section(audit_verdict(root, record, audit)),
+        header.signatures_section(who.signers(root, record.path)),
     ]
     if record.complete:
         renderer = section_for(kind)

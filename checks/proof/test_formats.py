@@ -1,0 +1,114 @@
+"""The formats under the signed chain: DSSE's pre-authentication encoding, OpenSSH
+fingerprints and allowed-signers lines, the statements' times and numbers."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from prereg.base.hashing import canonical_json
+from prereg.commands.signing import make_key
+from prereg.proof import dsse, keys
+from prereg.proof.statement import rfc3339
+
+pytestmark = pytest.mark.software
+
+PRINCIPAL = st.text(
+    alphabet=st.characters(whitelist_categories=("Ll", "Lu", "Nd"), whitelist_characters="@.-_"),
+    min_size=1,
+    max_size=30,
+)
+RAW_KEY = st.binary(min_size=32, max_size=32)
+
+
+def test_pae_is_the_dsse_specifications_example():
+    assert (
+        dsse.pae("http://example.com/HelloWorld", b"hello world")
+        == b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    )
+
+
+@given(st.text(max_size=40), st.binary(max_size=200))
+def test_pae_states_each_length_so_no_two_inputs_share_an_encoding(kind, body):
+    encoded = dsse.pae(kind, body)
+    head = f"DSSEv1 {len(kind.encode())} ".encode() + kind.encode()
+    assert encoded == head + f" {len(body)} ".encode() + body
+
+
+def test_fingerprints_are_what_ssh_keygen_prints(tmp_path):
+    for name in ("a", "b", "c"):
+        path = make_key(tmp_path / name, f"{name}@lab")
+        public = keys.PublicKey.from_line(path.with_suffix(".pub").read_text())
+        shown = subprocess.run(
+            ["ssh-keygen", "-lf", f"{path}.pub"], capture_output=True, text=True, check=True
+        ).stdout.split()[1]
+        assert public.fingerprint == shown
+
+
+@given(PRINCIPAL, RAW_KEY, st.sampled_from(keys.ROLES))
+def test_a_signer_line_reads_back_as_its_principal_key_and_namespaces(principal, raw, role):
+    key = keys.PublicKey(keys.ed25519_blob(raw))
+    line = keys.signer_line(principal, role, key)
+    (signer,) = keys.parse_signers(f"# a comment\n\n{line}\n", ".prereg/x")
+    assert signer.principals == (principal,) and signer.key == key
+    assert signer.namespaces == keys.NAMESPACES[role] and signer.line == 3
+
+
+@pytest.mark.parametrize(
+    "line, fragment",
+    [
+        ("a@lab cert-authority ssh-ed25519 {key}", "certificate authority"),
+        ('a@lab namespaces="git",foo="x" ssh-ed25519 {key}', "unknown option"),
+        ("a@lab ssh-rsa {key}", "ed25519 keys only"),
+        ("a@lab ssh-ed25519 AAAA", "not an ssh-ed25519 key"),
+        ("a@lab ssh-ed25519 !!!", "not base64"),
+        ("a@lab", "not 'principal [options] keytype key'"),
+    ],
+)
+def test_an_unreadable_signer_line_names_the_file_and_line(line, fragment):
+    key = keys.PublicKey(keys.ed25519_blob(bytes(32))).text().split()[1]
+    with pytest.raises(keys.KeyProblem) as err:
+        keys.parse_signers("\n" + line.format(key=key), ".prereg/approvers")
+    assert ".prereg/approvers:2" in str(err.value) and fragment in str(err.value)
+
+
+@pytest.mark.parametrize("principal", ["", "a b", "a,b", 'a"b'])
+def test_a_principal_that_would_break_the_line_is_refused(principal):
+    key = keys.PublicKey(keys.ed25519_blob(bytes(32)))
+    with pytest.raises(keys.KeyProblem):
+        keys.signer_line(principal, keys.APPROVERS, key)
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(2000, 1, 1),
+        max_value=datetime(2200, 1, 1),
+        timezones=st.just(timezone.utc),
+    ),
+    st.integers(-12, 14),
+)
+def test_times_are_rfc3339_utc_with_z_to_the_millisecond(when, hours):
+    local = when.astimezone(timezone(timedelta(hours=hours)))
+    shown = rfc3339(local.isoformat(timespec="milliseconds"))
+    assert shown.endswith("Z") and len(shown) == len("2026-12-06T10:00:00.000Z")
+    back = datetime.strptime(shown, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    assert back == when.replace(microsecond=when.microsecond // 1000 * 1000)
+
+
+@given(st.integers(), st.floats(allow_nan=False, allow_infinity=False))
+def test_a_payload_keeps_integers_and_floats_apart(number, fraction):
+    back = json.loads(canonical_json({"n": number, "x": fraction}))
+    assert type(back["n"]) is int and back["n"] == number
+    assert type(back["x"]) is float and back["x"] == fraction
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_number_never_reaches_a_payload(bad):
+    with pytest.raises(ValueError):
+        canonical_json({"x": bad})

@@ -1,0 +1,137 @@
+"""A signed audit: ``prereg audit --sign`` commits the run's SLSA verification summary on top
+of the run's source commit, signed by an auditor, as refs/prereg/runs/<id>/signed-audit;
+``prereg verify --require-audit`` and the plain commands accept only that, and refuse a
+summary signed by another key, edited, about another attestation or failing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from prereg.proof import vsa
+from prereg.records import ledger, signed_audit_record
+from support.toy import make_toy_repo, stage_spec
+
+pytestmark = [pytest.mark.software, pytest.mark.attack]
+
+RUN = "toy-20261206-001"
+SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "verify-a-run.sh"
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A signed toy run, its keys and its card; not audited yet."""
+    toy = make_toy_repo(tmp_path / "toy", {"toy": stage_spec("toy", single_attempt=True)})
+    keys = toy.set_up_signing(tmp_path / "keys")
+    card = tmp_path / "card.json"
+    card.write_text(toy.prereg("register", check=True).stdout)
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return toy, keys, card
+
+
+def verifiers(toy, card) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    ours = toy.prereg("verify", f"runs/{RUN}", "--card", str(card), "--require-audit")
+    theirs = subprocess.run(
+        ["bash", str(SCRIPT), str(toy.root), str(toy.run_dir(RUN)), str(card), "--require-audit"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return ours, theirs
+
+
+def forge(toy, key: Path, edit=None) -> None:
+    """The signed-audit ref moved to a summary committed with ``key`` (``edit`` applied to
+    the summary first)."""
+    source = json.loads(toy.layout(RUN).start.read_text())["source_commit"]
+    statement = vsa.summary(
+        toy.root, toy.run_dir(RUN), clean=True, replayed=False, package_sha256="0" * 64
+    )
+    if edit is not None:
+        edit(statement)
+    toy.git("update-ref", "-d", ledger.signed_audit_ref(RUN))
+    vsa.commit(toy.root, RUN, source, statement, key)
+
+
+def refused(toy, card, fragment: str) -> None:
+    ours, theirs = verifiers(toy, card)
+    assert ours.returncode == 1 and fragment in ours.stdout, ours.stdout
+    assert theirs.returncode == 1 and "refused:" in theirs.stderr, theirs.stderr
+
+
+def test_a_signed_passing_audit_verifies_with_both(run):
+    toy, keys, card = run
+    unaudited = toy.prereg("verify", f"runs/{RUN}", "--card", str(card), "--require-audit")
+    assert unaudited.returncode == 1 and "no signed audit" in unaudited.stdout
+    done = toy.prereg("audit", f"runs/{RUN}", "--sign", "--signing-key", str(keys["auditor"]))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "signed audit" in done.stdout and "(PASSED)" in done.stdout
+    head = toy.git("rev-parse", "HEAD").strip()
+    assert toy.git("rev-parse", ledger.signed_audit_ref(RUN)).strip() != head  # no branch moved
+    ours, theirs = verifiers(toy, card)
+    assert ours.returncode == 0 and "audit passed, signed by auditor@lab" in ours.stdout, (
+        ours.stdout
+    )
+    assert theirs.returncode == 0, theirs.stderr
+    again = toy.prereg("audit", f"runs/{RUN}", "--sign", "--signing-key", str(keys["auditor"]))
+    assert again.returncode == 2 and "recorded once" in again.stderr, again.stderr
+
+
+def test_a_summary_signed_by_a_key_outside_the_auditors_file_is_refused(run):
+    toy, keys, card = run
+    forge(toy, keys["approver"])
+    refused(toy, card, "is not signed by an auditor")
+
+
+def test_a_summary_of_another_attestation_is_refused(run):
+    toy, keys, card = run
+    forge(toy, keys["auditor"], lambda s: s["predicate"]["inputAttestations"][0].update(
+        digest={"sha256": "1" * 64}
+    ))  # fmt: skip
+    refused(toy, card, "summarises another attestation")
+
+
+def test_a_failing_summary_is_not_a_passed_audit(run):
+    toy, keys, card = run
+    forge(toy, keys["auditor"], lambda s: s["predicate"].update(verificationResult="FAILED"))
+    refused(toy, card, "did not pass the run")
+
+
+def test_a_summary_edited_after_signing_is_refused(run):
+    """The auditor signed a passing summary; the operator re-commits it edited (another
+    result) over the same parent, keeping the signature block: git's signature fails."""
+    toy, keys, card = run
+    toy.prereg("audit", f"runs/{RUN}", "--sign", "--signing-key", str(keys["auditor"]), check=True)
+    ref = ledger.signed_audit_ref(RUN)
+    raw = toy.git("cat-file", "commit", ref)
+    rel = signed_audit_record(RUN)
+    summary = json.loads(toy.git("show", f"{ref}:{rel}"))
+    summary["predicate"]["verifiedLevels"] = ["PREREG_AUDIT_CLEAN", "PREREG_REPLAYED", "EXTRA"]
+    blob = subprocess.run(
+        ["git", "-C", str(toy.root), "hash-object", "-w", "--stdin"],
+        input=json.dumps(summary).encode(), capture_output=True, check=True,
+    ).stdout.decode().strip()  # fmt: skip
+    listing = toy.git("ls-tree", "-r", ref).replace(
+        toy.git("rev-parse", f"{ref}:{rel}").strip(), blob
+    )
+    index = toy.root / ".git" / "forged-index"
+    env = {"GIT_INDEX_FILE": str(index)}
+    subprocess.run(
+        ["git", "-C", str(toy.root), "update-index", "--index-info"],
+        input=listing.encode(), env={**env, "PATH": "/usr/bin:/bin"}, check=True,
+    )  # fmt: skip
+    new_tree = subprocess.run(
+        ["git", "-C", str(toy.root), "write-tree"], env={**env, "PATH": "/usr/bin:/bin"},
+        capture_output=True, check=True,
+    ).stdout.decode().strip()  # fmt: skip
+    old_tree = toy.git("rev-parse", f"{ref}^{{tree}}").strip()
+    forged = raw.replace(f"tree {old_tree}", f"tree {new_tree}", 1)
+    made = subprocess.run(
+        ["git", "-C", str(toy.root), "hash-object", "-t", "commit", "-w", "--stdin"],
+        input=forged.encode(), capture_output=True, check=True,
+    ).stdout.decode().strip()  # fmt: skip
+    toy.git("update-ref", ref, made)
+    refused(toy, card, "is not signed by an auditor")

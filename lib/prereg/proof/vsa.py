@@ -1,0 +1,139 @@
+"""Signed audits: the auditor's SLSA Verification Summary of a run, in a commit the auditor
+signs with a key of ``.prereg/auditors``.
+
+``prereg audit --sign runs/<id>`` commits ``audits/<run-id>.vsa.json`` on top of the run's
+source commit, signed (git's SSH signature, like an approval), and records the commit as
+``refs/prereg/runs/<run-id>/signed-audit``; ``prereg verify --require-audit`` takes the run
+as audited only from that commit: it adds exactly that file, an auditor of its parent
+signed it, and the summary names this run's attestation and says PASSED.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import prereg
+from prereg.base import gitrepo
+from prereg.base.hashing import canonical_json
+from prereg.proof.commits import role_history_problems, signed_by
+from prereg.proof.keys import AUDITORS
+from prereg.proof.statement import STATEMENT_TYPE, repository_id
+from prereg.records import ATTESTATION, MANIFEST, ledger, signed_audit_record
+
+VSA = "https://slsa.dev/verification_summary/v1"
+VERIFIER_ID = "urn:prereg:verifier:audit:v1"
+POLICY_URI = "urn:prereg:policy:audit:v1"
+CLEAN_LEVEL = "PREREG_AUDIT_CLEAN"  # every record cross-checked, nothing found
+REPLAYED_LEVEL = "PREREG_REPLAYED"  # and the stage replayed to the same results
+
+
+def summary(root: Path, run_dir: Path, *, clean: bool, replayed: bool, package_sha256: str) -> dict:
+    """The verification summary of the run in ``run_dir`` as the audit found it."""
+    run_dir = Path(run_dir)
+    attestation = run_dir / ATTESTATION
+    digest = {"sha256": hashlib.sha256(attestation.read_bytes()).hexdigest()}
+    manifest = {"sha256": hashlib.sha256((run_dir / MANIFEST).read_bytes()).hexdigest()}
+    source = json.loads((run_dir / "start.json").read_bytes())["source_commit"]
+    levels = [CLEAN_LEVEL, REPLAYED_LEVEL] if clean and replayed else [CLEAN_LEVEL] * clean
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [
+            {"name": ATTESTATION, "digest": digest},
+            {"name": MANIFEST, "digest": manifest},
+        ],
+        "predicateType": VSA,
+        "predicate": {
+            "verifier": {
+                "id": VERIFIER_ID,
+                "version": {"prereg": prereg.__version__, "preregPackageSha256": package_sha256},
+            },
+            "timeVerified": now,
+            "resourceUri": f"prereg:{repository_id(root, source)}/runs/{run_dir.name}",
+            "policy": {"uri": POLICY_URI, "digest": {"sha256": package_sha256}},
+            "inputAttestations": [{"uri": f"runs/{run_dir.name}/{ATTESTATION}", "digest": digest}],
+            "verificationResult": "PASSED" if clean else "FAILED",
+            "verifiedLevels": levels,
+        },
+    }
+
+
+def commit(root: Path, run_id: str, source: str, statement: dict, key: Path | None = None) -> str:
+    """Commit ``audits/<run-id>.vsa.json`` on top of the run's ``source`` commit, signed
+    with ``key`` (an SSH private key file) or else the user's own git signing set-up (their
+    configuration is read for this), and
+    point :func:`~prereg.records.ledger.signed_audit_ref` at it (created once; no branch
+    moves, so an approval made meanwhile still runs); the commit's id."""
+    rel = signed_audit_record(run_id)
+    blob = (
+        gitrepo.run(root, "hash-object", "-w", "--stdin", data=canonical_json(statement).encode())
+        .stdout.decode()
+        .strip()
+    )
+    with tempfile.TemporaryDirectory(prefix="prereg-audit-index-") as place:
+        index = Path(place, "index")
+        gitrepo.run(root, "read-tree", source, index=index)
+        gitrepo.run(
+            root, "update-index", "--add", "--cacheinfo", f"100644,{blob},{rel}", index=index
+        )
+        tree = gitrepo.run(root, "write-tree", index=index).stdout.decode().strip()
+    made = (
+        gitrepo.run(
+            root, "commit-tree", "-S", "-p", source, "-m", f"Audit {run_id}", tree, user_config=True
+        )
+        .stdout.decode()
+        .strip()
+    )
+    ref = ledger.signed_audit_ref(run_id)
+    done = gitrepo.run(root, "update-ref", ref, made, "", check=False)
+    if done.returncode != 0:
+        raise FileExistsError(f"{ref} exists: a run's signed audit is recorded once")
+    return made
+
+
+def signed_audit(root: Path, run_id: str) -> str | None:
+    """The signed audit commit git records for the run, or None."""
+    return gitrepo.resolve(root, f"{ledger.signed_audit_ref(run_id)}^{{commit}}")
+
+
+def problems(root: Path, run_id: str, attestation: bytes, trusted: str) -> tuple[list[str], str]:
+    """Why the run has no signed audit that passed, trusting the role files at ``trusted``
+    (a card's freeze commit); and who signed it, in words, when it holds."""
+    rel = signed_audit_record(run_id)
+    found = signed_audit(root, run_id)
+    if found is None:
+        return [f"git records no signed audit of the run ({ledger.signed_audit_ref(run_id)})"], ""
+    parents = gitrepo.git(root, "rev-list", "--parents", "-n", "1", found).split()[1:]
+    if len(parents) != 1:
+        return [f"the audit commit {found[:12]} has {len(parents)} parents, not one"], ""
+    wrong = role_history_problems(root, trusted, parents[0])
+    good, said = signed_by(root, found, parents[0], AUDITORS)
+    if not good:
+        wrong.append(f"the audit commit {found[:12]} is not signed by an auditor: {said}")
+    changed = gitrepo.git(
+        root, "diff-tree", "--no-commit-id", "--name-status", "-r", "--no-renames",
+        f"{found}^", found,
+    ).splitlines()  # fmt: skip
+    if changed != [f"A\t{rel}"]:
+        wrong.append(f"the audit commit {found[:12]} does more than add {rel}")
+    try:
+        vsa = json.loads(gitrepo.show_bytes(root, found, rel))
+        predicate = vsa["predicate"]
+        attested = predicate["inputAttestations"][0]["digest"]["sha256"]
+        result = predicate["verificationResult"]
+        resource = predicate["resourceUri"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return [*wrong, f"{rel} at {found[:12]} is not a verification summary"], ""
+    if vsa.get("predicateType") != VSA:
+        wrong.append(f"{rel}'s predicateType is not {VSA}")
+    if attested != hashlib.sha256(attestation).hexdigest():
+        wrong.append(f"{rel} summarises another attestation than runs/{run_id}'s")
+    if not str(resource).endswith(f"/runs/{run_id}"):
+        wrong.append(f"{rel} is about {resource}, not run {run_id}")
+    if result != "PASSED":
+        wrong.append(f"{rel} says {result}: the auditor did not pass the run")
+    return wrong, said
