@@ -76,6 +76,11 @@ def test_a_signed_passing_audit_verifies_with_both(run):
         ours.stdout
     )
     assert theirs.returncode == 0, theirs.stderr
+    toy.prereg("report", f"runs/{RUN}", check=True)
+    page = toy.layout(RUN).report.read_text()
+    signatures = page[page.index('id="signatures"') :]
+    for who in ("approver@lab", "runner@lab", "auditor@lab", "PASSED"):
+        assert who in signatures, who
     again = toy.prereg("audit", f"runs/{RUN}", "--sign", "--signing-key", str(keys["auditor"]))
     assert again.returncode == 2 and "recorded once" in again.stderr, again.stderr
 

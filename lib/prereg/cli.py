@@ -257,13 +257,14 @@ def _sign_audit(root: Path, run_dir: Path, result, args: argparse.Namespace) -> 
     # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.base import gitrepo
     from prereg.proof import vsa
-    from prereg.records import ATTESTATION, ledger
+    from prereg.records import ATTESTATION, MANIFEST, START_RECORD, ledger
     from prereg.records.verdicts import code_identity
 
-    if not (run_dir / ATTESTATION).is_file():
-        return f"prereg audit --sign: refused: {run_dir.name} has no {ATTESTATION} to summarise"
+    for name in (ATTESTATION, MANIFEST, START_RECORD):
+        if not (run_dir / name).is_file():  # a named pipe is no file: never read
+            return f"prereg audit --sign: refused: {run_dir.name} has no {name} to summarise"
     try:
-        source = json.loads((run_dir / "start.json").read_bytes())["source_commit"]
+        source = json.loads((run_dir / START_RECORD).read_bytes())["source_commit"]
         statement = vsa.summary(
             root,
             run_dir,

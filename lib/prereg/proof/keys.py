@@ -80,7 +80,10 @@ class PublicKey:
             blob = base64.b64decode(b64, validate=True)
         except ValueError:
             raise KeyProblem("its key is not base64") from None
-        parts = _ssh_strings(blob)
+        try:
+            parts = _ssh_strings(blob)
+        except KeyProblem:
+            raise KeyProblem(f"its key is not an {ED25519} key (a truncated key blob)") from None
         if len(parts) != 2 or parts[0] != ED25519.encode() or len(parts[1]) != 32:
             raise KeyProblem(f"its key is not an {ED25519} key")
         return cls(blob)

@@ -22,7 +22,7 @@ from prereg.base.hashing import canonical_json
 from prereg.proof.commits import role_history_problems, signed_by
 from prereg.proof.keys import AUDITORS
 from prereg.proof.statement import STATEMENT_TYPE, repository_id
-from prereg.records import ATTESTATION, MANIFEST, ledger, signed_audit_record
+from prereg.records import ATTESTATION, MANIFEST, START_RECORD, ledger, signed_audit_record
 
 VSA = "https://slsa.dev/verification_summary/v1"
 VERIFIER_ID = "urn:prereg:verifier:audit:v1"
@@ -37,7 +37,7 @@ def summary(root: Path, run_dir: Path, *, clean: bool, replayed: bool, package_s
     attestation = run_dir / ATTESTATION
     digest = {"sha256": hashlib.sha256(attestation.read_bytes()).hexdigest()}
     manifest = {"sha256": hashlib.sha256((run_dir / MANIFEST).read_bytes()).hexdigest()}
-    source = json.loads((run_dir / "start.json").read_bytes())["source_commit"]
+    source = json.loads((run_dir / START_RECORD).read_bytes())["source_commit"]
     levels = [CLEAN_LEVEL, REPLAYED_LEVEL] if clean and replayed else [CLEAN_LEVEL] * clean
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
@@ -65,8 +65,8 @@ def summary(root: Path, run_dir: Path, *, clean: bool, replayed: bool, package_s
 def commit(root: Path, run_id: str, source: str, statement: dict, key: Path | None = None) -> str:
     """Commit ``audits/<run-id>.vsa.json`` on top of the run's ``source`` commit, signed
     with ``key`` (an SSH private key file) or else the user's own git signing set-up (their
-    configuration is read for this), and
-    point :func:`~prereg.records.ledger.signed_audit_ref` at it (created once; no branch
+    configuration is read for this), and point
+    :func:`~prereg.records.ledger.signed_audit_ref` at it (created once; no branch
     moves, so an approval made meanwhile still runs); the commit's id."""
     rel = signed_audit_record(run_id)
     blob = (
@@ -81,13 +81,11 @@ def commit(root: Path, run_id: str, source: str, statement: dict, key: Path | No
             root, "update-index", "--add", "--cacheinfo", f"100644,{blob},{rel}", index=index
         )
         tree = gitrepo.run(root, "write-tree", index=index).stdout.decode().strip()
-    made = (
-        gitrepo.run(
-            root, "commit-tree", "-S", "-p", source, "-m", f"Audit {run_id}", tree, user_config=True
-        )
-        .stdout.decode()
-        .strip()
-    )
+    chosen = ["-c", "gpg.format=ssh", "-c", f"user.signingkey={key}"] if key else []
+    made = gitrepo.run(
+        root, *chosen, "commit-tree", "-S", "-p", source, "-m", f"Audit {run_id}", tree,
+        user_config=True,
+    ).stdout.decode().strip()  # fmt: skip
     ref = ledger.signed_audit_ref(run_id)
     done = gitrepo.run(root, "update-ref", ref, made, "", check=False)
     if done.returncode != 0:
