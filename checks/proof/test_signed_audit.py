@@ -6,6 +6,7 @@ summary signed by another key, edited, about another attestation or failing."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,17 +22,28 @@ RUN = "toy-20261206-001"
 SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "verify-a-run.sh"
 
 
-@pytest.fixture
-def run(tmp_path):
-    """A signed toy run, its keys and its card; not audited yet."""
-    toy = make_toy_repo(tmp_path / "toy", {"toy": stage_spec("toy", single_attempt=True)})
-    keys = toy.set_up_signing(tmp_path / "keys")
-    card = tmp_path / "card.json"
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A signed toy run, its keys and its card; not audited. Made once; see :func:`run`."""
+    base = tmp_path_factory.mktemp("audited")
+    toy = make_toy_repo(base / "toy", {"toy": stage_spec("toy", single_attempt=True)})
+    keys = toy.set_up_signing(base / "keys")
+    card = base / "card.json"
     card.write_text(toy.prereg("register", check=True).stdout)
     toy.approve("toy", RUN)
     done = toy.pytest("--research-stage=toy")
     assert done.returncode == 0, done.stdout + done.stderr
     return toy, keys, card
+
+
+@pytest.fixture
+def run(made, tmp_path):
+    """A private copy of the signed run's project, its keys and its card."""
+    toy, keys, card = made
+    shutil.copytree(toy.root, tmp_path / "toy", symlinks=True)
+    copy = type(toy)(tmp_path / "toy")
+    copy.env.update(toy.env)
+    return copy, keys, card
 
 
 def verifiers(toy, card) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:

@@ -23,18 +23,35 @@ RUN = "toy-20261206-001"
 SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "verify-a-run.sh"
 
 
-def witnessed(tmp_path: Path, *, card_witness: bool = True, approve_witness: bool = True):
-    """A signed toy project whose approval of RUN names a fresh witness, run once."""
-    witness = init(tmp_path / "witness.git")
-    toy = make_toy_repo(tmp_path / "toy", {"toy": stage_spec("toy", single_attempt=True)})
-    keys = toy.set_up_signing(tmp_path / "keys")
-    card = tmp_path / "card.json"
+def witnessed(base: Path, *, card_witness: bool = True, approve_witness: bool = True):
+    """A signed toy project in ``base`` whose approval of RUN names a fresh witness, run once."""
+    witness = init(base / "witness.git")
+    toy = make_toy_repo(base / "toy", {"toy": stage_spec("toy", single_attempt=True)})
+    keys = toy.set_up_signing(base / "keys")
+    card = base / "card.json"
     extra = ["--witness", str(witness)] * card_witness
     card.write_text(toy.prereg("register", *extra, check=True).stdout)
     toy.approve("toy", RUN, *(["--witness", str(witness)] * approve_witness))
     done = toy.pytest("--research-stage=toy")
     assert done.returncode == 0, done.stdout + done.stderr
     return toy, witness, card, keys
+
+
+@pytest.fixture(scope="module")
+def once(tmp_path_factory):
+    """One witnessed run, made once; the checks that change it take a copy (:func:`world`)."""
+    return witnessed(tmp_path_factory.mktemp("witnessed"))
+
+
+@pytest.fixture
+def world(once, tmp_path):
+    """A private copy of the witnessed run's project (the witness itself is shared: a check
+    that pushes to it is refused by its hook)."""
+    toy, witness, card, keys = once
+    shutil.copytree(toy.root, tmp_path / "toy", symlinks=True)
+    copy = type(toy)(tmp_path / "toy")
+    copy.env.update(toy.env)
+    return copy, witness, card, keys
 
 
 def both(toy, card) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
@@ -54,8 +71,8 @@ def witness_refs(witness: Path) -> dict[str, str]:
     return dict(line.split() for line in out.splitlines())
 
 
-def test_a_witnessed_run_verifies_and_the_witness_holds_its_start(tmp_path):
-    toy, witness, card, _ = witnessed(tmp_path)
+def test_a_witnessed_run_verifies_and_the_witness_holds_its_start(once):
+    toy, witness, card, _ = once
     held = witness_refs(witness)[ledger.start_ref(RUN)]
     assert held == toy.git("hash-object", str(toy.layout(RUN).start)).strip()
     ours, theirs = both(toy, card)
@@ -64,8 +81,8 @@ def test_a_witnessed_run_verifies_and_the_witness_holds_its_start(tmp_path):
     assert toy.audit(RUN).returncode == 0
 
 
-def test_the_witness_refuses_a_moved_or_deleted_record_and_any_other_ref(tmp_path):
-    toy, witness, _, _ = witnessed(tmp_path)
+def test_the_witness_refuses_a_moved_or_deleted_record_and_any_other_ref(world):
+    toy, witness, _, _ = world
     ref = ledger.start_ref(RUN)
     blob = subprocess.run(
         ["git", "-C", str(toy.root), "hash-object", "-w", "--stdin"],
@@ -85,10 +102,10 @@ def test_the_witness_refuses_a_moved_or_deleted_record_and_any_other_ref(tmp_pat
     }
 
 
-def test_a_rerun_under_a_spent_approval_is_refused_before_anything_runs(tmp_path):
+def test_a_rerun_under_a_spent_approval_is_refused_before_anything_runs(world):
     """The local records and the run folder deleted: git here no longer knows the run id
     is spent, and the witness does."""
-    toy, _witness, _card, _ = witnessed(tmp_path)
+    toy, _, _, _ = world
     for ref in toy.git("for-each-ref", "--format=%(refname)", "refs/prereg/").split():
         toy.git("update-ref", "-d", ref)
     shutil.rmtree(toy.run_dir(RUN))
@@ -99,10 +116,10 @@ def test_a_rerun_under_a_spent_approval_is_refused_before_anything_runs(tmp_path
     assert not toy.run_dir(RUN).exists()
 
 
-def test_a_run_made_by_hand_under_a_spent_approval_is_refused_by_the_verifiers(tmp_path):
+def test_a_run_made_by_hand_under_a_spent_approval_is_refused_by_the_verifiers(world):
     """The operator fabricates a second start of the spent run id and re-signs the
     statements with the runner key: the witness holds the first start."""
-    toy, _, card, keys = witnessed(tmp_path)
+    toy, _, card, keys = world
     run = toy.layout(RUN)
     start = json.loads(run.start.read_text())
     start["started_at"] = "2026-12-06T23:59:59.000+00:00"

@@ -9,6 +9,11 @@
   Test Result v0.1), built from its run folder;
 * :mod:`~prereg.proof.card`: the registration card a researcher publishes outside the
   repository, the anchor a verifier trusts;
+* :mod:`~prereg.proof.attest`: writing a run's attestation at its end, and the audit's
+  judgement of it;
+* :mod:`~prereg.proof.vsa`: the auditor's signed verification summary of a run;
+* :mod:`~prereg.proof.witness`: a bare repository that records each spent run id once;
+* :mod:`~prereg.proof.who`: who approved, ran and audited, by the keys that signed;
 * :mod:`~prereg.proof.verify`: ``prereg verify``, the whole chain from the card.
 
 docs/reference/attestation.md is the contract of the formats; docs/how-to/verify-a-run.md

@@ -335,6 +335,9 @@ def _remote_git(
         return "", f"it did not answer within {REMOTE_SECONDS} s"
     if done.returncode != 0:
         message = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        said = [line for line in message if line.startswith(("fatal:", "error:", "remote:"))]
+        if said:  # the first of git's own messages says why; the rest is advice
+            return "", said[0]
         return "", message[-1] if message else f"git {command} exited {done.returncode}"
     return done.stdout.decode("utf-8", "replace"), None
 
