@@ -477,8 +477,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
             print("prereg keys add: needs ROLE NAME KEY.pub", file=sys.stderr)
             return 2
         root = _root()
-        made = signing.ensure_role_files(root)
+        before = [role for role in keys.ROLES if (root / keys.role_path(role)).exists()]
         line = signing.add_signer(root, args.role, args.principal, Path(args.public))
+        made = [keys.role_path(r) for r in keys.ROLES if r not in before and r != args.role]
     except (signing.SigningRefused, keys.KeyProblem) as err:
         print(f"prereg keys: refused: {err}", file=sys.stderr)
         return 2
@@ -523,9 +524,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir).absolute()
     root = Path(args.repo).absolute() if args.repo else None
     try:
-        root = root or gitrepo.toplevel(run_dir if run_dir.is_dir() else run_dir.parent)
         if not run_dir.is_dir():
-            raise CardProblem(f"{args.run_dir} is not a run folder")
+            raise CardProblem(f"{args.run_dir} is not a run folder (runs/<run-id>)")
+        root = root or gitrepo.toplevel(run_dir)
         verdict = signing.verify(root, run_dir, Path(args.card), require_audit=args.require_audit)
     except (CardProblem, gitrepo.GitError) as err:
         print(f"verify {run_dir.name}: could not verify\n  - {err}")

@@ -56,6 +56,7 @@ def add_signer(root: Path, role: str, principal: str, public: Path) -> str:
     except OSError as err:
         raise SigningRefused(f"{public} cannot be read: {err}") from None
     line = keys.signer_line(principal, role, key)
+    ensure_role_files(root)  # only once the key and its line are good
     target = Path(root) / keys.role_path(role)
     existing = target.read_text() if target.is_file() else ""
     keys.parse_signers(existing, keys.role_path(role))  # an unreadable file is not extended
