@@ -16,6 +16,7 @@ from prereg.base.hashing import canonical_json
 from prereg.commands.signing import make_key
 from prereg.proof import dsse, keys
 from prereg.proof.statement import rfc3339
+from prereg.testing import ScratchProject
 
 pytestmark = pytest.mark.software
 
@@ -112,3 +113,18 @@ def test_a_payload_keeps_integers_and_floats_apart(number, fraction):
 def test_a_non_finite_number_never_reaches_a_payload(bad):
     with pytest.raises(ValueError):
         canonical_json({"x": bad})
+
+
+def test_a_refused_key_leaves_no_role_file_and_a_missing_run_folder_is_named(tmp_path):
+    project = ScratchProject(tmp_path / "p")
+    project.root.mkdir()
+    project.git("init", "-q")
+    key = make_key(tmp_path / "keys" / "k", "k@lab")
+    refused = project.prereg("keys", "add", "approvers", "a b", f"{key}.pub")
+    assert refused.returncode == 2 and "one word" in refused.stderr, refused.stderr
+    assert not (project.root / keys.ROLES_DIR).exists()
+    added = project.prereg("keys", "add", "runners", "k@lab", f"{key}.pub")
+    assert added.returncode == 0, added.stderr
+    assert "made .prereg/approvers" in added.stdout and "made .prereg/runners" not in added.stdout
+    missing = project.prereg("verify", "runs/nothing", "--card", str(tmp_path / "card.json"))
+    assert missing.returncode == 3 and "is not a run folder" in missing.stdout, missing.stdout
