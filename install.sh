@@ -64,6 +64,16 @@ if ! command -v git >/dev/null; then
   if as_root_with_apt; then apt-get update -qq && apt-get install -y -qq git >/dev/null; else
     echo "install.sh: git is required (apt-get install git)" >&2; exit 1; fi
 fi
+# The signed chain (prereg.proof) and its plain verifier (docs/how-to/verify-a-run.sh) need
+# ssh-keygen, openssl and jq; a new machine may lack jq.
+missing=()
+for pair in ssh-keygen:openssh-client openssl:openssl jq:jq; do
+  command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if as_root_with_apt; then apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null; else
+    echo "install.sh: ${missing[*]} required for signing and verifying runs (apt-get install ${missing[*]})" >&2; exit 1; fi
+fi
 # Debian's Chromium (at $1) renders the HTML reports in the browser checks; without it they
 # skip. It is optional, so an apt that cannot install it (locked by another apt or dpkg, no
 # network) is a warning and the install goes on.
