@@ -11,13 +11,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prereg.records import APPROVAL_COPY, ATTESTATION, ITEM_LOG, JUNIT, MANIFEST, START_RECORD
-
-# The run's own records: times, host, environment, hashes of the approval; they differ by
-# construction between two runs and are not results.
-RUN_RECORDS = {START_RECORD, APPROVAL_COPY, MANIFEST, JUNIT, ITEM_LOG, ATTESTATION}
-# Measured CPU time: a measurement of the machine, never equal between two runs.
-TIMING_SUFFIX = ".timing.json"
+from prereg.records.runs import RunFolder
 
 
 @dataclass
@@ -80,14 +74,9 @@ def compare_file(a: Path, b: Path, rel: str) -> FileDiff:
 
 
 def result_files(run: Path) -> list[str]:
-    """Every file of the run that holds a result: not a run record, not a CPU timing."""
-    return sorted(
-        str(p.relative_to(run))
-        for p in run.rglob("*")
-        if p.is_file()
-        and str(p.relative_to(run)) not in RUN_RECORDS
-        and not p.name.endswith(TIMING_SUFFIX)
-    )
+    """Every file of the run that holds a result (:meth:`RunFolder.result_files`: not a run
+    record, not a CPU timing)."""
+    return list(RunFolder(run).result_files())
 
 
 def compare_runs(a: Path, b: Path) -> list[FileDiff]:

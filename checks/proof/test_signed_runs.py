@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from prereg.base.hashing import sha256_file
+from prereg.commands.signing import make_key
 from prereg.proof import attest, dsse, keys
 from prereg.records import ledger
 from prereg.testing import outer_environment
@@ -289,3 +290,37 @@ def test_a_stage_whose_plan_says_optional_runs_unsigned_and_says_so(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "attestation" in done.stdout and "unsigned" in done.stdout
     assert toy.audit(RUN).returncode == 0
+
+
+def test_the_repositorys_own_configuration_cannot_answer_for_ssh_keygen(tmp_path):
+    """The operator signs the approval with their own key, then points the repository's
+    configuration at a program that calls every signature good and at an allowed-signers
+    file of their own: git alone is fooled; the gate and verify judge with ssh-keygen
+    against .prereg/approvers, and refuse."""
+    toy = make_toy_repo(tmp_path / "toy", {"toy": stage_spec("toy", single_attempt=True)})
+    made = toy.set_up_signing(tmp_path / "keys")
+    card = tmp_path / "card.json"
+    card.write_text(toy.prereg("register", check=True).stdout)
+    outsider = make_key(tmp_path / "keys" / "mallory", "mallory@lab")
+    toy.git("config", "user.signingkey", str(outsider))
+    toy.approve("toy", RUN)
+    public = keys.PublicKey.from_line(Path(f"{outsider}.pub").read_text())
+    mine = tmp_path / "mine"
+    mine.write_text(keys.signer_line("approver@lab", keys.APPROVERS, public) + "\n")
+    fake = tmp_path / "fake-ssh-keygen"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *find-principals*) echo approver@lab ;;\n'
+        f"  *) echo 'Good \"git\" signature for approver@lab with ED25519 key {public.fingerprint}' ;;\n"
+        "esac\nexit 0\n"
+    )
+    fake.chmod(0o755)
+    toy.git("config", "gpg.ssh.program", str(fake))
+    toy.git("config", "gpg.ssh.allowedSignersFile", str(mine))
+    fooled = toy.git("log", "-1", "--format=%G?", "HEAD").strip()
+    assert fooled == "G", fooled  # git with the repository's own settings calls it good
+    done = toy.pytest("--research-stage=toy")
+    output = done.stdout + done.stderr
+    assert "[approval-signature]" in output and "does not hold" in output, output
+    assert not toy.run_dir(RUN).exists()
+    assert made["approver"].exists()

@@ -66,11 +66,11 @@ def problems(run_dir: Path, recorded: bytes | None, runners: bytes | None) -> li
     if not any(isinstance(e, dict) and e.get("signatures") for e in envelopes):
         return []
     try:
-        signers = keys.parse_signers((runners or b"").decode("utf-8"), keys.role_path(keys.RUNNERS))
+        signers = keys.signers_of(runners, keys.RUNNERS)
         for envelope in envelopes:
             dsse.verify(envelope, signers, keys.RUN_NAMESPACE)
     except dsse.NoCrypto:
         return []  # nothing to judge the signatures with here; prereg verify says so
-    except (dsse.SignatureProblem, keys.KeyProblem, UnicodeDecodeError) as err:
+    except (dsse.SignatureProblem, keys.KeyProblem) as err:
         return [f"{ATTESTATION}: a signature does not hold: {err}"]
     return []

@@ -111,8 +111,22 @@ def signed_by(root: Path, commit: str, trusted_at: str, role: str = APPROVERS) -
     return False, f"{found.describe()}, checked against {where}"
 
 
-def _parents(root: Path, commit: str) -> list[str]:
-    return gitrepo.git(root, "rev-list", "--parents", "-n", "1", commit).split()[1:]
+def parents_of(root: Path, commit: str) -> list[str]:
+    """The parents the commit object names, read and re-hashed by git's object reader."""
+    with gitrepo.ObjectReader(root) as objects:
+        return objects.commit_parents(commit)
+
+
+def beyond_adding(root: Path, commit: str, rel: str) -> list[str]:
+    """What ``commit`` (one parent) changes other than adding the file ``rel``, as
+    ``STATUS path`` lines: an approval or audit commit adds its record and nothing else."""
+    changed = gitrepo.git(
+        root, "diff-tree", "--no-commit-id", "--name-status", "-r", "--no-renames",
+        f"{commit}^", commit,
+    ).splitlines()  # fmt: skip
+    if changed == [f"A\t{rel}"]:
+        return []
+    return [line.replace("\t", " ") for line in changed] or [f"nothing (no {rel} added)"]
 
 
 def role_changes(root: Path, trusted: str, commit: str) -> list[str]:
@@ -133,7 +147,7 @@ def role_history_problems(root: Path, trusted: str, commit: str) -> list[str]:
         return [f"{commit[:12]} does not descend from the trusted commit {trusted[:12]}"]
     problems = []
     for change in role_changes(root, trusted, commit):
-        parents = _parents(root, change)
+        parents = parents_of(root, change)
         if len(parents) != 1:
             problems.append(
                 f"commit {change[:12]} changes {ROLES_DIR}/ in a merge: change role files in "
@@ -155,7 +169,7 @@ def first_role_commit(root: Path, commit: str) -> str | None:
         root, "rev-list", "--reverse", "--topo-order", commit, "--", role_path(APPROVERS)
     ).split()
     for candidate in out:
-        parents = _parents(root, candidate)
+        parents = parents_of(root, candidate)
         if all(role_file(root, p, APPROVERS) is None for p in parents):
             return candidate
     return None
@@ -174,7 +188,7 @@ def approval_problems(root: Path, commit: str, *, trusted: str | None) -> list[s
     approvers file of its parent, whose role files every change since ``trusted`` (a
     registration's freeze commit; None: the commit that first added the approvers file)
     kept under an approver's signature."""
-    parents = _parents(root, commit)
+    parents = parents_of(root, commit)
     if len(parents) != 1:
         return [f"the approval commit {commit[:12]} has {len(parents)} parents, not one"]
     parent = parents[0]

@@ -164,6 +164,14 @@ def parse_signers(text: str, where: str) -> list[Signer]:
     return signers
 
 
+def signers_of(data: bytes | None, role: str) -> list[Signer]:
+    """The signers of ``role``'s file from its bytes (None: no file, so no signer)."""
+    try:
+        return parse_signers((data or b"").decode("utf-8"), role_path(role))
+    except UnicodeDecodeError:
+        raise KeyProblem(f"{role_path(role)} is not UTF-8 text") from None
+
+
 def _split(line: str) -> list[str]:
     """Fields separated by blanks, a quoted option value kept whole."""
     fields, current, quoted = [], "", False

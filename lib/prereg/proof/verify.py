@@ -31,8 +31,13 @@ from prereg.base import gitrepo
 from prereg.base.hashing import sha256_file
 from prereg.proof import card as cards
 from prereg.proof import dsse, vsa
-from prereg.proof.commits import approval_problems, role_file, role_history_problems
-from prereg.proof.keys import RUN_NAMESPACE, RUNNERS, KeyProblem, parse_signers, role_path
+from prereg.proof.commits import (
+    approval_problems,
+    beyond_adding,
+    role_file,
+    role_history_problems,
+)
+from prereg.proof.keys import RUN_NAMESPACE, RUNNERS, KeyProblem, signers_of
 from prereg.proof.statement import (
     BUILD_TYPE,
     EXTERNAL_PARAMETERS,
@@ -136,14 +141,20 @@ def verify_run(
         )
         return verdict
     freeze = card["freeze_commit"]
+    if not gitrepo.is_ancestor(root, freeze, commit):
+        verdict.problems.append(
+            f"the run's approval commit {commit[:12]} does not follow the card's freeze commit "
+            f"{freeze[:12]}: the run is not of this registration (made before it, or elsewhere)"
+        )
+        return verdict
     history = role_history_problems(root, freeze, commit)
     if history:
         verdict.problems += history
         return verdict
     runners = role_file(root, commit, RUNNERS)
     try:
-        signers = parse_signers((runners or b"").decode("utf-8"), role_path(RUNNERS))
-    except (KeyProblem, UnicodeDecodeError) as err:
+        signers = signers_of(runners, RUNNERS)
+    except KeyProblem as err:
         verdict.problems.append(str(err))
         return verdict
     provenance = _statement(envelopes[0], signers, 1, verdict)
@@ -218,14 +229,11 @@ def _judge_approval(root, folder, provenance, commit, card, verdict) -> None:
     signature = approval_problems(root, commit, trusted=card["freeze_commit"])
     problems += signature
     record_rel = approval_record(run_id)
-    changed = gitrepo.git(
-        root, "diff-tree", "--no-commit-id", "--name-status", "-r", "--no-renames",
-        f"{commit}^", commit,
-    ).splitlines()  # fmt: skip
-    if changed != [f"A\t{record_rel}"]:
+    beyond = beyond_adding(root, commit, record_rel)
+    if beyond:
         problems.append(
             f"the approval commit {commit[:12]} does more than add {record_rel}: "
-            + "; ".join(line.replace("\t", " ") for line in changed[:6])
+            + "; ".join(beyond[:6])
         )
         return
     record_bytes = gitrepo.show_bytes(root, commit, record_rel)
@@ -332,3 +340,5 @@ def _judge_required(root, run_dir, provenance, card, seen, verdict) -> None:
         inner = verify_run(root, other, card, _seen=seen)
         verdict.problems += [f"required run {required}: {p}" for p in inner.problems]
         verdict.could_not += inner.could_not
+        if inner.code == VERIFIED:
+            verdict.said.append(f"the required run {required} verifies too")

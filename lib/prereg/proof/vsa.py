@@ -19,6 +19,7 @@ from pathlib import Path
 import prereg
 from prereg.base import gitrepo
 from prereg.base.hashing import canonical_json
+from prereg.proof import commits
 from prereg.proof.commits import role_history_problems, signed_by
 from prereg.proof.keys import AUDITORS
 from prereg.proof.statement import STATEMENT_TYPE, repository_id
@@ -105,18 +106,14 @@ def problems(root: Path, run_id: str, attestation: bytes, trusted: str) -> tuple
     found = signed_audit(root, run_id)
     if found is None:
         return [f"git records no signed audit of the run ({ledger.signed_audit_ref(run_id)})"], ""
-    parents = gitrepo.git(root, "rev-list", "--parents", "-n", "1", found).split()[1:]
+    parents = commits.parents_of(root, found)
     if len(parents) != 1:
         return [f"the audit commit {found[:12]} has {len(parents)} parents, not one"], ""
     wrong = role_history_problems(root, trusted, parents[0])
     good, said = signed_by(root, found, parents[0], AUDITORS)
     if not good:
         wrong.append(f"the audit commit {found[:12]} is not signed by an auditor: {said}")
-    changed = gitrepo.git(
-        root, "diff-tree", "--no-commit-id", "--name-status", "-r", "--no-renames",
-        f"{found}^", found,
-    ).splitlines()  # fmt: skip
-    if changed != [f"A\t{rel}"]:
+    if commits.beyond_adding(root, found, rel):
         wrong.append(f"the audit commit {found[:12]} does more than add {rel}")
     try:
         vsa = json.loads(gitrepo.show_bytes(root, found, rel))

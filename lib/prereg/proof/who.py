@@ -9,7 +9,7 @@ from pathlib import Path
 from prereg.base import gitrepo
 from prereg.proof import dsse
 from prereg.proof.commits import role_file, signature
-from prereg.proof.keys import APPROVERS, AUDITORS, RUN_NAMESPACE, RUNNERS, KeyProblem, parse_signers
+from prereg.proof.keys import APPROVERS, AUDITORS, RUN_NAMESPACE, RUNNERS, KeyProblem, signers_of
 from prereg.proof.vsa import signed_audit
 from prereg.records import ATTESTATION, START_RECORD, ledger, signed_audit_record
 
@@ -28,11 +28,11 @@ def _attestation_row(root: Path, run_dir: Path, commit: str) -> str:
         return "no attestation"
     try:
         first = dsse.read_lines(path)[0]
-        signers = parse_signers((role_file(root, commit, RUNNERS) or b"").decode(), RUNNERS)
+        signers = signers_of(role_file(root, commit, RUNNERS), RUNNERS)
         _, who = dsse.verify(first, signers, RUN_NAMESPACE)
     except dsse.NoCrypto as err:
         return f"not checked here: {err}"
-    except (dsse.SignatureProblem, KeyProblem, IndexError, UnicodeDecodeError) as err:
+    except (dsse.SignatureProblem, KeyProblem, IndexError) as err:
         return f"not a runner's signature: {err}"
     statement = json.loads(dsse.payload_of(first))
     meta = statement["predicate"]["runDetails"]["metadata"]
