@@ -21,7 +21,7 @@ from prereg.commands.signing import make_key
 from prereg.proof import attest, dsse, keys
 from prereg.records import ledger
 from prereg.testing import outer_environment
-from support.toy import ToyRepo, make_toy_repo, stage_spec
+from support.toy import ToyRepo, assert_finding, make_toy_repo, stage_spec
 
 pytestmark = [pytest.mark.software, pytest.mark.attack]
 
@@ -324,3 +324,27 @@ def test_the_repositorys_own_configuration_cannot_answer_for_ssh_keygen(tmp_path
     assert "[approval-signature]" in output and "does not hold" in output, output
     assert not toy.run_dir(RUN).exists()
     assert made["approver"].exists()
+
+
+def test_a_stage_that_plants_its_own_attestation_gets_no_attestation_of_the_run(tmp_path):
+    """The approved stage writes attestation.intoto.jsonl into its run folder before the
+    controller does: the controller never replaces it and says so, the audit finds a file
+    git does not record, and verify refuses it."""
+    toy = make_toy_repo(tmp_path / "toy", {"toy": stage_spec("toy", single_attempt=True)})
+    toy.set_up_signing(tmp_path / "keys")
+    card = tmp_path / "card.json"
+    card.write_text(toy.prereg("register", check=True).stdout)
+    module = toy.root / "experiments" / "test_toy.py"
+    module.write_text(module.read_text().replace(
+        "research.coords(cell=cell)\n",
+        "research.coords(cell=cell)\n"
+        '    (research.outputs.parents[1] / "attestation.intoto.jsonl").write_text("{}\\n")\n',
+        1,
+    ))  # fmt: skip
+    toy.commit("A stage that plants an attestation")
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy")
+    assert "attestation (attestation.intoto.jsonl) could not be written" in done.stdout
+    assert_finding(toy.audit(RUN), "git records no attestation of the run")
+    refused = toy.prereg("verify", f"runs/{RUN}", "--card", str(card))
+    assert refused.returncode == 1, refused.stdout
