@@ -295,12 +295,10 @@ def test_a_stage_whose_plan_says_optional_runs_unsigned_and_says_so(tmp_path):
 def test_the_repositorys_own_configuration_cannot_answer_for_ssh_keygen(tmp_path):
     """The operator signs the approval with their own key, then points the repository's
     configuration at a program that calls every signature good and at an allowed-signers
-    file of their own: git alone is fooled; the gate and verify judge with ssh-keygen
+    file of their own: git alone is fooled; the gate judges with ssh-keygen
     against .prereg/approvers, and refuse."""
     toy = make_toy_repo(tmp_path / "toy", {"toy": stage_spec("toy", single_attempt=True)})
-    made = toy.set_up_signing(tmp_path / "keys")
-    card = tmp_path / "card.json"
-    card.write_text(toy.prereg("register", check=True).stdout)
+    toy.set_up_signing(tmp_path / "keys")
     outsider = make_key(tmp_path / "keys" / "mallory", "mallory@lab")
     toy.git("config", "user.signingkey", str(outsider))
     toy.approve("toy", RUN)
@@ -323,7 +321,6 @@ def test_the_repositorys_own_configuration_cannot_answer_for_ssh_keygen(tmp_path
     output = done.stdout + done.stderr
     assert "[approval-signature]" in output and "does not hold" in output, output
     assert not toy.run_dir(RUN).exists()
-    assert made["approver"].exists()
 
 
 def test_a_stage_that_plants_its_own_attestation_gets_no_attestation_of_the_run(tmp_path):
