@@ -1,5 +1,6 @@
 """The formats under the signed chain: DSSE's pre-authentication encoding, OpenSSH
-fingerprints and allowed-signers lines, the statements' times and numbers."""
+fingerprints and allowed-signers lines, the statements' times and numbers, and the order of
+a run's trusted times."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from prereg.base.hashing import canonical_json
 from prereg.commands.signing import make_key
-from prereg.proof import dsse, keys
+from prereg.proof import dsse, keys, timestamp
 from prereg.proof.statement import rfc3339
 from prereg.testing import ScratchProject
 
@@ -129,3 +130,49 @@ def test_a_refused_key_leaves_no_role_file_and_a_missing_run_folder_is_named(tmp
     assert "made .prereg/approvers" in added.stdout and "made .prereg/runners" not in added.stdout
     missing = project.prereg("verify", "runs/nothing", "--card", str(tmp_path / "card.json"))
     assert missing.returncode == 3 and "is not a run folder" in missing.stdout, missing.stdout
+
+
+UTC_TIMES = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)
+)
+SHIFT = st.timedeltas(min_value=timedelta(days=-3650), max_value=timedelta(days=3650))
+
+
+@given(st.lists(UTC_TIMES, min_size=4, max_size=4), SHIFT)
+def test_times_in_their_order_pass_and_the_judgement_does_not_depend_on_the_epoch(times, shift):
+    """record <= commit date <= start <= attestation always passes; moving all four by the
+    same amount never changes what is found."""
+    assert timestamp.order_problems(*sorted(times)) == []
+    moved = [t + shift for t in times]
+    assert len(timestamp.order_problems(*moved)) == len(timestamp.order_problems(*times))
+
+
+@given(UTC_TIMES, st.timedeltas(min_value=timedelta(seconds=1), max_value=timedelta(days=999)))
+def test_a_commit_dated_earlier_than_its_record_by_more_than_the_skew_is_backdated(stamped, early):
+    committed = stamped - timestamp.CLOCK_SKEW - early
+    found = timestamp.order_problems(stamped, committed, stamped, stamped)
+    assert any("backdated" in p for p in found), found
+    within = timestamp.order_problems(stamped, stamped - timestamp.CLOCK_SKEW, stamped, stamped)
+    assert within == []
+
+
+@given(
+    st.from_regex(r"\A[a-z][a-z0-9-]{0,12}-[0-9]{8}-[0-9]{3}\Z"),
+    st.from_regex(r"\A[0-9a-f]{40}\Z"),
+    st.from_regex(r"\A[a-z][a-z0-9-]{0,12}-[0-9]{8}-[0-9]{3}\Z"),
+    st.from_regex(r"\A[0-9a-f]{40}\Z"),
+)
+def test_an_approval_token_is_over_its_own_run_and_anchor_only(run, anchor, other_run, other):
+    same = timestamp.approval_data(run, anchor) == timestamp.approval_data(other_run, other)
+    assert same == ((run, anchor) == (other_run, other))
+
+
+@given(st.binary(min_size=1, max_size=200))
+def test_a_token_survives_its_text_form(token):
+    assert timestamp.decode(timestamp.encode(token), "here") == token
+
+
+@pytest.mark.parametrize("text", ["not base64!", "YQ", None])
+def test_a_token_that_is_not_base64_names_where_it_was(text):
+    with pytest.raises(timestamp.TimestampProblem, match="start.json's timestamp"):
+        timestamp.decode(text, "start.json's timestamp")

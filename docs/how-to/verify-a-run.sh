@@ -100,7 +100,7 @@ s1=$tmp/payload1; s2=$tmp/payload2
 [ "$(jq -c .subject "$s2")" = "[{\"digest\":{\"gitCommit\":\"$C\"},\"name\":\"source\"}]" ] || refuse "line 2's subject"
 
 # 6. Every file of the run folder is a subject with its digest, and every subject a file.
-(cd "$run" && find . -type f ! -path ./attestation.intoto.jsonl | sed 's|^\./||' | LC_ALL=C sort) > "$tmp/files"
+(cd "$run" && find . -type f ! -path ./attestation.intoto.jsonl ! -path ./attestation.tsr | sed 's|^\./||' | LC_ALL=C sort) > "$tmp/files"
 jq -r '.subject[].name' "$s1" | LC_ALL=C sort > "$tmp/subjects"
 cmp -s "$tmp/files" "$tmp/subjects" || refuse "the run folder's files are not the attested subjects"
 jq -r '.subject[] | "\(.digest.sha256)  \(.name)"' "$s1" > "$tmp/sums"
@@ -137,21 +137,50 @@ if [ -n "$url" ]; then
   [ "$held" = "$(g hash-object --stdin < "$run/start.json")" ] || refuse "the witness holds another start of $id (a rerun)"
 fi
 
-# 9. git's records of the start and the attestation, when the repository holds them.
-for pair in "start:start.json" "attestation:attestation.intoto.jsonl"; do
+# 9. Trusted time, when the card names a timestamp authority: the approval names it, and
+#    three tokens verify under the card's root certificates: the record's (over "prereg-approval
+#    ID ANCHOR"), start.json's (over the approval commit object) and attestation.tsr (over the
+#    attestation); record <= the commit's own date <= start <= attestation, the commit date
+#    within 300 s either side (prereg.proof.timestamp.CLOCK_SKEW: the operator's clock).
+tsa=$(jq -r '.timestamp_authority.url // empty' "$card")
+if [ -n "$tsa" ]; then
+  named=$(jq -r '.timestamp.url // empty' "$tmp/record")
+  [ "$named" = "$tsa" ] || refuse "the card registers the timestamp authority $tsa; the approval names ${named:-none}"
+  [ -f "$run/attestation.tsr" ] || refuse "the attestation was not timestamped (no attestation.tsr)"
+  jq -r '.timestamp_authority.roots[]' "$card" > "$tmp/roots.pem"
+  jq -r .timestamp.token "$tmp/record" | base64 -d > "$tmp/t1" || refuse "the record's timestamp is not base64"
+  printf 'prereg-approval %s %s\n' "$id" "$(jq -r .source_anchor "$tmp/record")" > "$tmp/d1"
+  jq -r '.approval_timestamp // empty' "$run/start.json" | base64 -d > "$tmp/t2" || refuse "start.json's timestamp is not base64"
+  g cat-file commit "$C" > "$tmp/d2"
+  cp "$run/attestation.tsr" "$tmp/t3"; cp "$att" "$tmp/d3"
+  for i in 1 2 3; do
+    openssl ts -verify -data "$tmp/d$i" -in "$tmp/t$i" -CAfile "$tmp/roots.pem" >/dev/null 2>&1 ||
+      refuse "timestamp $i (1 record, 2 start, 3 attestation) does not hold under the card's authority"
+    stamped[i]=$(date -u -d "$(openssl ts -reply -in "$tmp/t$i" -text 2>/dev/null | sed -n 's/^Time stamp: //p')" +%s)
+  done
+  committed=$(g log -1 --format=%ct "$C")
+  [ "$committed" -ge $((stamped[1] - 300)) ] || refuse "the approval commit is dated before its record was stamped: backdated"
+  [ "$committed" -le $((stamped[2] + 300)) ] || refuse "the approval commit is dated after the run's start was stamped"
+  [ "${stamped[2]}" -ge "${stamped[1]}" ] || refuse "the run's start was stamped before its approval record"
+  [ "${stamped[3]}" -ge "${stamped[2]}" ] || refuse "the attestation was stamped before the run's start"
+fi
+
+# 10. git's records of the start, the attestation and its timestamp, when the repository holds them.
+for pair in "start:start.json" "attestation:attestation.intoto.jsonl" "attestation-timestamp:attestation.tsr"; do
   ref=refs/prereg/runs/$id/${pair%%:*}
   if g rev-parse -q --verify "$ref" >/dev/null; then
-    [ "$(g cat-file blob "$ref" | sha)" = "$(sha < "$run/${pair#*:}")" ] || refuse "$ref records another ${pair#*:}"
+    [ -f "$run/${pair#*:}" ] && [ "$(g cat-file blob "$ref" | sha)" = "$(sha < "$run/${pair#*:}")" ] ||
+      refuse "$ref records another ${pair#*:}"
   fi
 done
 
-# 10. Each required run verifies too, its manifest as attested.
+# 11. Each required run verifies too, its manifest as attested.
 for req in $(jq -r '.predicate.buildDefinition.resolvedDependencies[] | select((.name // "") | startswith("run:")) | "\(.name | split("/") | last)=\(.digest.sha256)"' "$s1"); do
   other=$(dirname "$run")/${req%%=*}
   [ "$(sha < "$other/manifest.json" 2>/dev/null)" = "${req#*=}" ] || refuse "the required run ${req%%=*}'s manifest is not the one attested"
   bash "$0" "$repo" "$other" "$card" || refuse "required run ${req%%=*}"
 done
-# 11. With --require-audit: the signed audit git records is a commit on top of a commit of
+# 12. With --require-audit: the signed audit git records is a commit on top of a commit of
 #     the history, adding exactly audits/<id>.vsa.json, signed by an auditor of its parent; the
 #     summary is of this attestation, for this run, PASSED.
 if [ "${4:-}" = --require-audit ]; then

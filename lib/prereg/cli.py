@@ -69,6 +69,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
             accept_deviations=args.accept_deviations,
             amend=args.amend,
             witness=args.witness,
+            timestamp_authority=args.timestamp_authority,
         )
     except (ApprovalError, SchemaError, OSError, ValueError, LookupError) as err:
         print(f"prereg approve: refused: {err}", file=sys.stderr)
@@ -499,7 +500,13 @@ def cmd_register(args: argparse.Namespace) -> int:
     from prereg.proof.card import CardProblem
 
     try:
-        text = signing.register(_root(), args.commit, witness=args.witness)
+        text = signing.register(
+            _root(),
+            args.commit,
+            witness=args.witness,
+            timestamp_authority=args.timestamp_authority,
+            timestamp_roots=args.timestamp_root,
+        )
     except (signing.SigningRefused, CardProblem) as err:
         print(f"prereg register: refused: {err}", file=sys.stderr)
         return 2
@@ -592,6 +599,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a git remote the operator cannot rewrite (prereg witness init) that must take the "
         "run's start record before any item runs; a rerun under a spent approval is then "
         "refused by it, and prereg verify checks it",
+    )
+    approve.add_argument(
+        "--timestamp-authority",
+        metavar="URL",
+        help="an RFC 3161 timestamp authority (the one the registration card names) that stamps "
+        "this record now, the approval commit before the run starts and the attestation at its "
+        "end: prereg verify then checks when each existed by the authority's clock",
     )
     approve.add_argument(
         "--accept-deviations",
@@ -727,6 +741,18 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--output", "-o", help="write the card to this file")
     register.add_argument(
         "--witness", metavar="URL", help="the witness every approval must name (prereg witness)"
+    )
+    register.add_argument(
+        "--timestamp-authority",
+        metavar="URL",
+        help="the RFC 3161 timestamp authority every approval must name (with --timestamp-root)",
+    )
+    register.add_argument(
+        "--timestamp-root",
+        metavar="PEM",
+        action="append",
+        default=[],
+        help="a root certificate the authority's timestamps chain to (repeat for several)",
     )
     register.set_defaults(func=cmd_register)
 

@@ -80,9 +80,22 @@ def ensure_role_files(root: Path) -> list[str]:
     return made
 
 
-def register(root: Path, commit: str | None, *, witness: str | None = None) -> str:
-    """The card of ``commit`` (default: HEAD of a clean tree), naming ``witness`` when
-    given, as canonical JSON text."""
+def register(
+    root: Path,
+    commit: str | None,
+    *,
+    witness: str | None = None,
+    timestamp_authority: str | None = None,
+    timestamp_roots: list[str] = (),
+) -> str:
+    """The card of ``commit`` (default: HEAD of a clean tree), naming ``witness`` and the
+    timestamp authority with its root certificates (PEM files) when given, as JSON text."""
+    if bool(timestamp_authority) != bool(timestamp_roots):
+        raise SigningRefused(
+            "a card names a timestamp authority with the root certificates its timestamps "
+            "chain to: give both --timestamp-authority URL and --timestamp-root PEM"
+        )
+    roots = [cards.read_root(Path(pem)) for pem in timestamp_roots]
     if commit is None:
         dirty = gitrepo.dirty_paths(root)
         if dirty:
@@ -97,6 +110,8 @@ def register(root: Path, commit: str | None, *, witness: str | None = None) -> s
     card = cards.make(root, resolved)
     if witness is not None:
         card["witness"] = witness
+    if timestamp_authority is not None:
+        card["timestamp_authority"] = {"url": timestamp_authority, "roots": roots}
     return json.dumps(card, indent=2, sort_keys=True) + "\n"
 
 

@@ -37,6 +37,7 @@ from prereg.kinds.stages import (  # stage_module_problem: as baseline_problems 
     load_kind,
     stage_module_problem,
 )
+from prereg.proof import timestamp
 from prereg.records import (
     APPROVAL_FORMAT,
     APPROVAL_SCHEMA,
@@ -448,6 +449,18 @@ def bound_run_warnings(root: Path, requires: dict) -> list[str]:
 # -- approve ---------------------------------------------------------------------------------
 
 
+def _stamped(url: str, run_id: str, anchor: str) -> dict:
+    """The record's ``timestamp``: the authority and its token over the run id and anchor."""
+    try:
+        token = timestamp.request(url, timestamp.approval_data(run_id, anchor))
+    except (timestamp.TimestampProblem, timestamp.NoTimestamps) as err:
+        raise ApprovalError(
+            f"{err}. Nothing was written: approve again when the authority answers, or "
+            "without --timestamp-authority"
+        ) from None
+    return {"url": url, "token": timestamp.encode(token)}
+
+
 def create_approval(
     root: Path,
     *,
@@ -459,6 +472,7 @@ def create_approval(
     accept_deviations: bool,
     amend: str | None = None,
     witness: str | None = None,
+    timestamp_authority: str | None = None,
 ) -> Path:
     """Write the approval record for one run from the current clean HEAD; return its path.
 
@@ -569,6 +583,8 @@ def create_approval(
     refusals = gate.check(facts, gate.APPROVE_CONDITIONS)
     if refusals:
         raise ApprovalError("\n  ".join(str(r) for r in refusals))
+    if timestamp_authority is not None:
+        record["timestamp"] = _stamped(timestamp_authority, run_id, record["source_anchor"])
     try:
         write_json(contained(root, record_path), record, exclusive=True)
     except FileExistsError:

@@ -68,9 +68,12 @@ def start_record(
     started_at: str,
     root: Path,
     remote_ledgers: list[dict],
+    approval_timestamp: str | None = None,
 ) -> dict:
     """What ``start.json`` holds; its canonical bytes are also recorded in git
-    (:mod:`prereg.records.ledger`)."""
+    (:mod:`prereg.records.ledger`). ``approval_timestamp``: the timestamp authority's token
+    over the approval commit (:mod:`prereg.proof.timestamp`), when the approval names one."""
+    stamped = {} if approval_timestamp is None else {"approval_timestamp": approval_timestamp}
     return {
         "stage": stage,
         "run_id": run_id,
@@ -80,6 +83,7 @@ def start_record(
         "approval_sha256": sha256_file(approval_path),
         "host": socket.gethostname(),
         "remote_ledgers": remote_ledgers,
+        **stamped,
     }
 
 

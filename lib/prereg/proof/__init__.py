@@ -13,6 +13,8 @@
   judgement of it;
 * :mod:`~prereg.proof.vsa`: the auditor's signed verification summary of a run;
 * :mod:`~prereg.proof.witness`: a bare repository that records each spent run id once;
+* :mod:`~prereg.proof.timestamp`: RFC 3161 tokens that bound when the approval and the
+  attestation existed, by an authority's clock;
 * :mod:`~prereg.proof.who`: who approved, ran and audited, by the keys that signed;
 * :mod:`~prereg.proof.verify`: ``prereg verify``, the whole chain from the card.
 

@@ -33,12 +33,17 @@ def write(root: Path, run_dir: Path, target: Path, key: dsse.PrivateKey | None) 
     """Build the run's statements, sign them with ``key`` and write them to ``target``
     (created, never replaced); returns the bytes written."""
     data = envelope_lines([dsse.envelope(payload(s), key) for s in statements(root, run_dir)])
+    write_new(target, data)
+    return data
+
+
+def write_new(target: Path, data: bytes) -> None:
+    """Create ``target`` with ``data`` on disk (FileExistsError when it exists: never replaced)."""
     descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     with os.fdopen(descriptor, "wb") as out:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())
-    return data
 
 
 def problems(run_dir: Path, recorded: bytes | None, runners: bytes | None) -> list[str]:

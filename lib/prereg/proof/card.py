@@ -58,6 +58,17 @@ def make(root: Path, commit: str) -> dict:
     }
 
 
+def read_root(path: Path) -> str:
+    """A root certificate (PEM) for the card's timestamp authority."""
+    try:
+        text = Path(path).read_text(encoding="ascii")
+    except (OSError, ValueError) as err:
+        raise CardProblem(f"the root certificate {path} cannot be read: {err}") from None
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise CardProblem(f"{path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    return text
+
+
 def load(path: Path) -> dict:
     try:
         card = json.loads(Path(path).read_text(encoding="utf-8"))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from prereg.base import gitrepo
@@ -115,6 +116,16 @@ def parents_of(root: Path, commit: str) -> list[str]:
     """The parents the commit object names, read and re-hashed by git's object reader."""
     with gitrepo.ObjectReader(root) as objects:
         return objects.commit_parents(commit)
+
+
+def committed_at(root: Path, commit: str) -> datetime:
+    """The committer date the commit object states (the committer's own clock)."""
+    with gitrepo.ObjectReader(root) as objects:
+        line = dict(objects.commit_headers(commit)).get("committer", "")
+    try:
+        return datetime.fromtimestamp(int(line.rsplit(" ", 2)[-2]), timezone.utc)
+    except (ValueError, IndexError):
+        raise gitrepo.GitError(f"commit {commit[:12]} has no readable committer date") from None
 
 
 def beyond_adding(root: Path, commit: str, rel: str) -> list[str]:

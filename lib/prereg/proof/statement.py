@@ -20,7 +20,7 @@ from prereg.base import gitrepo
 from prereg.base.hashing import canonical_json, sha256_file
 from prereg.records import (
     APPROVAL_COPY,
-    ATTESTATION,
+    ATTESTATION_FILES,
     COMPLETE,
     MANIFEST,
     PASSED,
@@ -47,7 +47,8 @@ class StatementProblem(ValueError):
 
 
 def subjects(run_dir: Path) -> list[dict]:
-    """Every regular file of the run folder but the attestation: name and SHA-256."""
+    """Every regular file of the run folder but the attestation and its timestamp: name and
+    SHA-256."""
     run_dir = Path(run_dir)
     found = []
     for path in sorted(run_dir.rglob("*")):
@@ -56,7 +57,7 @@ def subjects(run_dir: Path) -> list[dict]:
             if path.is_symlink() or not path.is_dir():
                 raise StatementProblem(f"{run_dir.name}/{rel} is not a regular file")
             continue
-        if rel != ATTESTATION:
+        if rel not in ATTESTATION_FILES:
             found.append({"name": rel, "digest": {"sha256": sha256_file(path)}})
     return found
 

@@ -16,7 +16,9 @@ docs/how-to/verify-a-run.md; the checks run both on the same runs.
 5. git's record of the start and of the attestation, when the repository holds them, are
    the run folder's;
 6. each required run verifies too;
-7. with ``require_audit``, an auditor signed a passing verification summary of this
+7. when the card names a timestamp authority, the approval names it and its three
+   timestamps hold in order (:mod:`prereg.proof.timestamp`);
+8. with ``require_audit``, an auditor signed a passing verification summary of this
    attestation (:mod:`prereg.proof.vsa`).
 """
 
@@ -30,10 +32,11 @@ from pathlib import Path
 from prereg.base import gitrepo
 from prereg.base.hashing import sha256_file
 from prereg.proof import card as cards
-from prereg.proof import dsse, vsa
+from prereg.proof import dsse, timestamp, vsa
 from prereg.proof.commits import (
     approval_problems,
     beyond_adding,
+    committed_at,
     role_file,
     role_history_problems,
 )
@@ -274,6 +277,7 @@ def _judge_approval(root, folder, provenance, commit, card, verdict) -> None:
     if not signature:
         verdict.said.append(f"approval {commit[:12]} signed by an approver; plan as registered")
     _judge_witness(root, folder, record, card, verdict)
+    _judge_time(root, folder, record, commit, card, verdict)
 
 
 def witness_disagrees(root: Path, url: str, run_id: str, start: bytes) -> list[str] | None:
@@ -310,14 +314,74 @@ def _judge_witness(root, folder, record, card, verdict) -> None:
         verdict.said.append(f"the witness {ledger.shown_url(url)} holds this start of {run_id}")
 
 
+def _judge_time(root, folder, record, commit, card, verdict) -> None:
+    """The three timestamps of :mod:`prereg.proof.timestamp` hold under the card's authority,
+    in order with the approval commit's date."""
+    authority = card.get("timestamp_authority")
+    stamp = record.get("timestamp") or {}
+    if not authority:
+        if stamp:
+            verdict.said.append(
+                "the run's timestamps are not checked: the card registers no timestamp authority"
+            )
+        return
+    if stamp.get("url") != authority["url"]:
+        verdict.problems.append(
+            f"the card registers the timestamp authority {authority['url']} and the approval "
+            f"names {stamp.get('url') or 'none'}: the timestamps were skipped"
+        )
+        return
+    run_id = folder.folder.name
+    what = ("approval record's", "run start's", "attestation's")
+    try:
+        start = json.loads(folder.start.read_bytes())
+        tokens = (
+            timestamp.decode(stamp.get("token"), f"the approval record's timestamp of {run_id}"),
+            timestamp.decode(
+                start.get("approval_timestamp"), f"{run_id}/{START_RECORD}'s timestamp"
+            ),
+            folder.attestation_timestamp.read_bytes(),
+        )
+        data = (
+            timestamp.approval_data(run_id, record["source_anchor"]),
+            gitrepo.read_object(root, commit)[1],
+            folder.attestation.read_bytes(),
+        )
+        times = [
+            timestamp.verified_time(token, over, authority["roots"], name)
+            for token, over, name in zip(tokens, data, what)
+        ]
+    except FileNotFoundError:
+        verdict.problems.append(
+            f"{run_id}/{folder.attestation_timestamp.name} does not exist: the attestation was "
+            "not timestamped"
+        )
+        return
+    except timestamp.NoTimestamps as err:
+        verdict.could_not.append(str(err))
+        return
+    except (timestamp.TimestampProblem, OSError, ValueError, KeyError, TypeError) as err:
+        verdict.problems.append(str(err))
+        return
+    approved, started, attested = times
+    order = timestamp.order_problems(approved, committed_at(root, commit), started, attested)
+    verdict.problems += order
+    if not order:
+        verdict.said.append(
+            f"by {authority['url']}'s clock: approved between {approved:%Y-%m-%dT%H:%M:%SZ} and "
+            f"{started:%Y-%m-%dT%H:%M:%SZ}, attested by {attested:%Y-%m-%dT%H:%M:%SZ}"
+        )
+
+
 def _judge_refs(root, folder, verdict) -> None:
     run_id = folder.folder.name
     for ref, path in (
         (ledger.start_ref(run_id), folder.start),
         (ledger.attestation_ref(run_id), folder.attestation),
+        (ledger.attestation_timestamp_ref(run_id), folder.attestation_timestamp),
     ):
         recorded = ledger.read(root, ref)
-        if recorded is not None and recorded != path.read_bytes():
+        if recorded is not None and (not path.is_file() or recorded != path.read_bytes()):
             verdict.problems.append(f"{ref} records another {path.name} than {run_id}/{path.name}")
 
 

@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 
 from prereg.base import gitrepo
-from prereg.proof import dsse
+from prereg.proof import dsse, timestamp
 from prereg.proof.commits import role_file, signature
 from prereg.proof.keys import APPROVERS, AUDITORS, RUN_NAMESPACE, RUNNERS, KeyProblem, signers_of
 from prereg.proof.vsa import signed_audit
 from prereg.records import ATTESTATION, START_RECORD, ledger, signed_audit_record
+from prereg.records.runs import RunFolder
 
 
 def _commit_row(root: Path, commit: str, role: str) -> str:
@@ -40,6 +41,32 @@ def _attestation_row(root: Path, run_dir: Path, commit: str) -> str:
     return f"{names}; started {meta.get('startedOn')}, finished {meta.get('finishedOn')}"
 
 
+def _time_row(run_dir: Path) -> str | None:
+    """The times the approval's timestamp authority states, or None without one."""
+    folder = RunFolder(run_dir)
+    try:
+        stamp = json.loads(folder.approval_copy.read_bytes()).get("timestamp") or {}
+        start = json.loads(folder.start.read_bytes()).get("approval_timestamp")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not stamp:
+        return None
+    tokens = {"record": stamp.get("token"), "start": start}
+    times = {}
+    for name, token in tokens.items():
+        try:
+            times[name] = timestamp.time_of(timestamp.decode(token, name))
+        except timestamp.TimestampProblem:
+            times[name] = None
+    path = folder.attestation_timestamp
+    times["attestation"] = timestamp.time_of(path.read_bytes()) if path.is_file() else None
+    shown = ", ".join(
+        f"{name} {when:%Y-%m-%dT%H:%M:%SZ}" if when else f"{name} none"
+        for name, when in times.items()
+    )
+    return f"by {stamp.get('url')}: {shown} (prereg verify checks them under the card)"
+
+
 def signers(root: Path, run_dir: Path) -> list[tuple[str, str]]:
     """(what, who and when) of the approval, the run and the signed audit."""
     try:
@@ -48,6 +75,9 @@ def signers(root: Path, run_dir: Path) -> list[tuple[str, str]]:
     except (OSError, ValueError, KeyError, gitrepo.GitError):
         return [("approved", "unknown: the start record or its commit cannot be read")]
     rows.append(("ran", _attestation_row(root, run_dir, commit)))
+    stamped = _time_row(run_dir)
+    if stamped is not None:
+        rows.append(("timestamped", stamped))
     audit = signed_audit(root, Path(run_dir).name)
     if audit is None:
         rows.append(("audited", f"no signed audit ({ledger.signed_audit_ref(Path(run_dir).name)})"))

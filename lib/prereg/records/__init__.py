@@ -45,6 +45,8 @@ __all__ = [
     "APPROVAL_COPY",
     "APPROVAL_FORMAT",
     "APPROVAL_SCHEMA",
+    "ATTESTATION_FILES",
+    "ATTESTATION_TIMESTAMP",
     "AUDITS_DIR",
     "CLEAN",
     "COMPLETE",
@@ -134,6 +136,10 @@ JUNIT = "junit.xml"
 APPROVAL_COPY = "approval.json"
 # The run's signed in-toto statements (prereg.proof), written last: it covers every other file.
 ATTESTATION = "attestation.intoto.jsonl"
+# The timestamp authority's token over the attestation (prereg.proof.timestamp), written after it.
+ATTESTATION_TIMESTAMP = "attestation.tsr"
+# Written after the manifest and over it: no manifest lists them, no statement's subject.
+ATTESTATION_FILES = (ATTESTATION, ATTESTATION_TIMESTAMP)
 ITEMS_DIR = "items"
 SUMMARY_DIR = "summary"
 REHEARSAL_RECORD = "rehearsal.json"
@@ -329,6 +335,10 @@ APPROVAL_SCHEMA = {
     # a git remote the operator cannot rewrite that must take the run's start record before
     # any item runs (prereg.proof.witness)
     "witness": Optional({"url": str}),
+    # the timestamp authority the run's start and attestation are stamped by, and its token
+    # over the run id and source_anchor: the record was written after that time
+    # (prereg.proof.timestamp)
+    "timestamp": Optional({"url": str, "token": str}),
     # the stage's rehearsals git records that no earlier approval of the stage listed
     "rehearsals": Optional([DISCLOSURE_SCHEMA]),
     # how the plan differs from the one the stage's previous approval bound, and why

@@ -54,6 +54,11 @@ def attestation_ref(run_id: str) -> str:
     return f"{NAMESPACE}/runs/{run_id}/attestation"
 
 
+def attestation_timestamp_ref(run_id: str) -> str:
+    """The timestamp authority's token over the run's attestation, recorded once."""
+    return f"{NAMESPACE}/runs/{run_id}/attestation-timestamp"
+
+
 def signed_audit_ref(run_id: str) -> str:
     """The auditor's signed commit of the run's verification summary (prereg.proof.vsa): a
     commit whose parent is the run's source commit, never on a branch; created once."""
@@ -156,6 +161,10 @@ def record_manifest(root: Path, run_id: str, manifest: bytes) -> None:
 
 def record_attestation(root: Path, run_id: str, attestation: bytes) -> None:
     _create(Path(root), [attestation_ref(run_id)], attestation)
+
+
+def record_attestation_timestamp(root: Path, run_id: str, reply: bytes) -> None:
+    _create(Path(root), [attestation_timestamp_ref(run_id)], reply)
 
 
 def record_verdict(root: Path, run_id: str, verdict: bytes) -> None:

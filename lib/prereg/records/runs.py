@@ -13,6 +13,7 @@ from prereg.base.hashing import read_json, sha256_file
 from prereg.records import (  # the names, in prereg.records; the paths, here
     APPROVAL_COPY,
     ATTESTATION,
+    ATTESTATION_TIMESTAMP,
     AUDITS_DIR,
     ITEM_LOG,
     ITEMS_DIR,
@@ -186,6 +187,10 @@ class RunFolder:
     @property
     def attestation(self) -> Path:
         return self.folder / ATTESTATION
+
+    @property
+    def attestation_timestamp(self) -> Path:
+        return self.folder / ATTESTATION_TIMESTAMP
 
     @property
     def items_dir(self) -> Path:

@@ -24,7 +24,7 @@ from prereg.decisions import gate, manifest
 from prereg.evidence import execution, hermetic
 from prereg.kinds.plans import Plan
 from prereg.kinds.stages import RunView, StageKind, load_kind
-from prereg.proof import attest, keys
+from prereg.proof import attest, keys, timestamp
 from prereg.records import ledger
 from prereg.records import snapshot as snapshots
 from prereg.records.runs import contained, item_dir_name, refusal_note
@@ -173,6 +173,7 @@ class Controller(XdistBridge, TerminalOutput):
                 f"{self.run_dir.relative_to(self.root)} exists although no start is recorded; move "
                 "it out of runs/ (it is not a run of this approval) and run again",
             )])  # fmt: skip
+        stamped = self._stamp_approval()
         started_at = manifest.utc_now()
         start = manifest.start_record(
             stage=run.stage,
@@ -182,6 +183,7 @@ class Controller(XdistBridge, TerminalOutput):
             started_at=started_at,
             root=self.root,
             remote_ledgers=[remote.record() for remote in self.remote_ledgers],
+            approval_timestamp=stamped,
         )
         single = self.plan.stage(run.stage)["single_attempt"]
         try:
@@ -238,6 +240,25 @@ class Controller(XdistBridge, TerminalOutput):
         # Restored when the manifest is written.
         self.saved_handlers = signals.install_signal_handlers()
         self.reserve = manifest.reserve_space(self.root, record.run_id, len(self.expected))
+
+    def _stamp_approval(self) -> str | None:
+        """The token of the timestamp authority the approval names over the approval commit
+        (:mod:`prereg.proof.timestamp`), asked before the run id is spent: an authority that
+        does not answer refuses the run with nothing spent."""
+        url = (self.approval.data.get("timestamp") or {}).get("url")
+        if not url:
+            return None
+        commit = gitrepo.head_commit(self.root)
+        try:
+            token = timestamp.request(url, gitrepo.read_object(self.root, commit)[1])
+        except (timestamp.TimestampProblem, timestamp.NoTimestamps) as err:
+            self.refuse([gate.Refusal(
+                "timestamp",
+                f"the approval names the timestamp authority {url}, which must stamp the "
+                f"approval commit before the run starts: {err}. Nothing is spent: run again "
+                "when it answers",
+            )])  # fmt: skip
+        return timestamp.encode(token)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not hasattr(self.config, "workerinput") and not distributed(self.config):
@@ -356,6 +377,24 @@ class Controller(XdistBridge, TerminalOutput):
         if key is None:
             self.finish_notes.append(
                 f"the attestation {target.name} is unsigned: {why}; prereg verify refuses it"
+            )
+        url = (self.approval.data.get("timestamp") or {}).get("url")
+        if url:
+            self._stamp_attestation(url, data)
+
+    def _stamp_attestation(self, url: str, attestation: bytes) -> None:
+        """``attestation.tsr``: the authority's token over the attestation, recorded in git
+        once; a failure is a note (prereg verify then refuses the run's time)."""
+        target = self.run_dir / records.ATTESTATION_TIMESTAMP
+        try:
+            reply = timestamp.request(url, attestation)
+            attest.write_new(target, reply)
+            ledger.record_attestation_timestamp(self.root, self.run.run_id, reply)
+            self._publish([ledger.attestation_timestamp_ref(self.run.run_id)])
+        except Exception as err:  # noqa: BLE001 -- the run stands; prereg verify will refuse its time
+            self.finish_notes.append(
+                f"the attestation could not be timestamped by {url} ({target.name}): "
+                f"{manifest.describe(err)}"
             )
 
     def _publish(self, refs: list[str]) -> None:

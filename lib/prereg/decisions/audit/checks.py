@@ -34,7 +34,7 @@ from prereg.evidence import envlock, execution
 from prereg.kinds.registry import STAGE_KINDS, group_problem
 from prereg.records import (
     APPROVAL_COPY,
-    ATTESTATION,
+    ATTESTATION_FILES,
     COMPLETE,
     EXTENSION_ORIGIN,
     FINISHING_PHASES,
@@ -80,7 +80,7 @@ def hash_findings(listing: FolderListing, hashes: Mapping[str, dict], manifest: 
             continue  # it cannot be read: a blocker (could_not_audit)
         elif _differs(hashes[rel], entry):
             findings.append(f"changed file: {rel} (SHA-256 differs from the manifest)")
-    for rel in sorted(present - set(listed) - {MANIFEST, ATTESTATION}):
+    for rel in sorted(present - set(listed) - {MANIFEST, *ATTESTATION_FILES}):
         findings.append(f"extra file not in the manifest: {rel}")
     return findings + _irregular_findings(listing)
 
