@@ -312,7 +312,8 @@ def _store_verdict(root: Path, run_dir: Path, result) -> str | None:
     return (
         f"verdict stored in {where} (bound to this manifest's SHA-256 and the audit code, "
         f"{verdicts.code_label(code)}; git records its bytes, "
-        f"{ledger.verdict_ref(run_dir.name)}); prereg report uses it until any changes"
+        f"{ledger.verdict_ref(run_dir.name)}); prereg runs uses it until any changes (a report "
+        "page and a dependent stage's gate rely only on an auditor's signed audit, --sign)"
     )
 
 
@@ -689,7 +690,8 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument(
         "--full-audit",
         action="store_true",
-        help="replay now even if a clean verdict is stored for this manifest",
+        help="replay now even if an auditor signed a replayed verdict of this run (or, on the "
+        "index page, prereg stored one)",
     )
     report.set_defaults(func=cmd_report)
 

@@ -144,11 +144,11 @@ def test_two_workers_on_a_cold_cache_embed_each_text_once(runs):
     assert claims == 0  # every claim ended with its vectors stored
 
 
-def test_report_after_audit_does_not_replay_the_e04_run(runs):
+def test_a_listing_after_audit_does_not_replay_the_e04_run(runs):
     project, _ = runs
     audit = project.audit(SERIAL)
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert "replay" in audit.stdout and "verdict stored in runs/audits/" in audit.stdout
-    result = audit_run_cached(project.root, project.run_dir(SERIAL))
+    result = audit_run_cached(project.root, project.run_dir(SERIAL), listing=True)
     assert not result and not result.replayed
     assert "not run again" in result.replay_note

@@ -1,7 +1,10 @@
-"""`prereg audit` stores its verdict bound to the manifest and the code; report reuses it.
+"""`prereg audit` stores its verdict bound to the manifest and the code; `prereg runs`
+reuses it, a report page does not.
 
-A stored verdict that matches (manifest SHA-256, prereg package code) spares the replay;
-one that does not is named stale and the replay runs again.
+A stored verdict that matches (manifest SHA-256, prereg package code) spares a listing's
+replay; one that does not is named stale and the replay runs again. A run's page and a
+dependent stage's gate rely only on an auditor's signed audit (checks/proof and the RP002A
+pipeline check that one).
 """
 
 from __future__ import annotations
@@ -47,19 +50,22 @@ def test_audit_stores_its_verdict_bound_to_manifest_and_code(audited):
     assert record["code"]["package_sha256"] == verdicts.code_identity()["package_sha256"]
 
 
-def test_report_after_audit_uses_the_stored_verdict_and_does_not_replay(audited):
+def test_a_listing_after_audit_uses_the_stored_verdict_and_a_report_page_does_not(audited):
     toy, _ = audited
     store = toy.root / "runs" / "audits" / f"{RUN}.json"
     _forge(store, replayed=True)  # as a kind with a replay stores it (E04: the progress check)
     before = store.read_bytes()
-    result = audit_run_cached(toy.root, toy.run_dir(RUN))
+    result = audit_run_cached(toy.root, toy.run_dir(RUN), listing=True)
     assert not result and not result.replayed
     assert "not run again" in result.replay_note and "runs/audits/" in result.replay_note
     assert store.read_bytes() == before  # nothing re-audited, nothing re-stored
+    listed = toy.prereg("runs")
+    assert listed.returncode == 0 and "clean" in listed.stdout, listed.stdout + listed.stderr
+    assert store.read_bytes() == before
     page = toy.prereg("report", f"runs/{RUN}")
     assert page.returncode == 0, page.stdout + page.stderr
     html = (toy.root / page.stdout.strip().splitlines()[-1]).read_text()
-    assert "not run again" in html
+    assert "not run again" not in html and "not relied on here" in html, html
 
 
 def _forge(store, *, in_git: bool = True, **changes):
@@ -86,7 +92,7 @@ def test_a_verdict_whose_git_record_was_deleted_is_not_trusted(audited):
     toy.git("update-ref", "-d", ledger.verdict_ref(RUN))
     reason = verdicts.staleness(toy.root, json.loads(store.read_text()), toy.run_dir(RUN))
     assert reason == f"git records no stored verdict for the run ({ledger.verdict_ref(RUN)})"
-    result = audit_run_cached(toy.root, toy.run_dir(RUN))
+    result = audit_run_cached(toy.root, toy.run_dir(RUN), listing=True)
     assert "not run again" not in result.replay_note and "git records no" in result.replay_note
 
 
@@ -102,7 +108,7 @@ def test_a_verdict_file_edited_by_hand_is_not_trusted_and_the_run_is_audited_aga
         f"the stored verdict file is not the one git records ({ledger.verdict_ref(RUN)}): "
         "edited since"
     )
-    result = audit_run_cached(toy.root, toy.run_dir(RUN))
+    result = audit_run_cached(toy.root, toy.run_dir(RUN), listing=True)
     assert "not run again" not in result.replay_note
     assert "the stored verdict was stale: the stored verdict file is not" in result.replay_note
     assert verdicts.staleness(toy.root, json.loads(store.read_text()), toy.run_dir(RUN)) is None
@@ -113,7 +119,7 @@ def test_a_verdict_of_other_code_is_stale_and_the_replay_runs_again(audited):
     toy, _ = audited
     store = toy.root / "runs" / "audits" / f"{RUN}.json"
     _forge(store, package_sha256="0" * 64, replayed=True)
-    result = audit_run_cached(toy.root, toy.run_dir(RUN))
+    result = audit_run_cached(toy.root, toy.run_dir(RUN), listing=True)
     assert "stale" in result.replay_note and "audit code changed" in result.replay_note
     refreshed = json.loads(store.read_text())
     assert refreshed["code"]["package_sha256"] == verdicts.code_identity()["package_sha256"]
@@ -123,7 +129,7 @@ def test_a_verdict_of_another_manifest_is_stale(audited):
     toy, _ = audited
     store = toy.root / "runs" / "audits" / f"{RUN}.json"
     _forge(store, manifest_sha256="f" * 64, replayed=True)
-    result = audit_run_cached(toy.root, toy.run_dir(RUN))
+    result = audit_run_cached(toy.root, toy.run_dir(RUN), listing=True)
     assert "manifest.json changed since that audit" in result.replay_note
 
 
@@ -140,7 +146,7 @@ def test_a_stored_verdict_never_hides_a_changed_run(audited, tmp_path):
     shutil.copy(item, saved)
     try:
         item.write_bytes(item.read_bytes() + b" ")
-        result = audit_run_cached(toy.root, toy.run_dir(RUN))
+        result = audit_run_cached(toy.root, toy.run_dir(RUN), listing=True)
         assert result.findings, "a changed output must be a finding despite the stored verdict"
         assert verdicts.staleness(toy.root, json.loads(store.read_text()), toy.run_dir(RUN)) is None
     finally:

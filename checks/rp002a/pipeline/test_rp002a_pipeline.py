@@ -9,7 +9,8 @@ import subprocess
 import pytest
 
 from prereg.base.hashing import sha256_file, write_json
-from prereg.records import ledger
+from prereg.decisions.audit import AuditResult, audit_run_cached
+from prereg.records import ledger, verdicts
 from support.rp002a_clone import prereg, rename_tests, run_pipeline, scratch_clone, steps, tiny_plan
 
 pytestmark = [pytest.mark.software, pytest.mark.slow]
@@ -47,8 +48,14 @@ def test_every_stage_completes_and_the_decisions_follow_the_protocol_order(tiny_
 
 def test_a_consistent_forgery_of_weights_is_caught_only_by_replay(tiny_pipeline):
     """An operator who rewrites every record (item log, manifest and its git record) passes
-    the hash and record checks; the replay still catches the changed weights."""
+    the hash and record checks; the replay still catches the changed weights. What a
+    dependent stage's gate and a report page ask (audit_run_cached) skips the replay of the
+    honest run on the auditor's signed, replayed audit, and does not skip it for the forgery:
+    the signed audit names the manifest the operator replaced."""
     run = runs(tiny_pipeline)["target-variance"]
+    honest = audit_run_cached(tiny_pipeline, run)
+    assert not honest and not honest.replayed, honest
+    assert "not run again; an auditor replayed it and signed" in honest.replay_note
     manifest_path, log = run / "manifest.json", run / "items.jsonl"
     original, original_log = manifest_path.read_bytes(), log.read_bytes()
     ref = ledger.manifest_ref(run.name)
@@ -79,6 +86,12 @@ def test_a_consistent_forgery_of_weights_is_caught_only_by_replay(tiny_pipeline)
         done = prereg(tiny_pipeline, "audit", str(run))
         assert done.returncode == 1
         assert "B1: the saved weights do not reproduce the saved probabilities" in done.stdout
+        # A clean replayed verdict stored for the forged manifest, its bytes recorded in git:
+        # a listing takes it, the gate's question does not.
+        verdicts.store(tiny_pipeline, run, AuditResult(replayed=True, status="complete"))
+        assert not audit_run_cached(tiny_pipeline, run, listing=True)
+        relied = audit_run_cached(tiny_pipeline, run)
+        assert relied.replayed and any("B1: the saved weights" in f for f in relied), relied
     finally:
         weights.write_bytes(saved)
         manifest_path.write_bytes(original)

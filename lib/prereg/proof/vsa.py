@@ -5,7 +5,10 @@ signs with a key of ``.prereg/auditors``.
 source commit, signed (git's SSH signature, like an approval), and records the commit as
 ``refs/prereg/runs/<run-id>/signed-audit``; ``prereg verify --require-audit`` takes the run
 as audited only from that commit: it adds exactly that file, an auditor of its parent
-signed it, and the summary names this run's attestation and says PASSED.
+signed it, and the summary names this run's attestation and says PASSED. A dependent
+stage's gate and ``prereg report`` skip the replay of a run only on such a summary that also
+says the stage was replayed and names the run's manifest as it is now
+(:func:`replayed_verdict`).
 """
 
 from __future__ import annotations
@@ -97,6 +100,34 @@ def commit(root: Path, run_id: str, source: str, statement: dict, key: Path | No
 def signed_audit(root: Path, run_id: str) -> str | None:
     """The signed audit commit git records for the run, or None."""
     return gitrepo.resolve(root, f"{ledger.signed_audit_ref(run_id)}^{{commit}}")
+
+
+def replayed_verdict(root: Path, run_dir: Path) -> str | None:
+    """Who signed a passing audit of the run in ``run_dir`` that replayed the stage, about
+    its attestation and its manifest as they are now, in words; None when git records none
+    that holds. Trust as the gate's: the role files since the commit that first added the
+    approvers file (a card's freeze commit is ``prereg verify``'s)."""
+    run_dir = Path(run_dir)
+    run_id = run_dir.name
+    found = signed_audit(root, run_id)
+    attestation, manifest = run_dir / ATTESTATION, run_dir / MANIFEST
+    if found is None or not attestation.is_file() or not manifest.is_file():
+        return None
+    parents = commits.parents_of(root, found)
+    trusted = commits.first_role_commit(root, parents[0]) if len(parents) == 1 else None
+    if trusted is None:
+        return None
+    wrong, said = problems(root, run_id, attestation.read_bytes(), trusted)
+    if wrong:
+        return None
+    summary = json.loads(gitrepo.show_bytes(root, found, signed_audit_record(run_id)))
+    audited = {s.get("name"): s.get("digest") for s in summary.get("subject") or []}
+    now = {"sha256": hashlib.sha256(manifest.read_bytes()).hexdigest()}
+    if REPLAYED_LEVEL not in summary["predicate"].get("verifiedLevels", []):
+        return None
+    if audited.get(MANIFEST) != now:
+        return None
+    return f"an auditor replayed it and signed the audit ({said}, commit {found[:12]})"
 
 
 def problems(root: Path, run_id: str, attestation: bytes, trusted: str) -> tuple[list[str], str]:

@@ -41,8 +41,11 @@ def report_path(root: Path, record: RunRecord) -> Path:
     return reports_dir(root) / f"{record.path.name}.html"
 
 
-def audit_verdict(root: Path, record: RunRecord, mode: str) -> header.AuditVerdict:
-    """Run the audit as ``mode`` says: full (replay now), cached (stored replay verdict), none."""
+def audit_verdict(
+    root: Path, record: RunRecord, mode: str, *, listing: bool = False
+) -> header.AuditVerdict:
+    """Run the audit as ``mode`` says: full (replay now), cached (an earlier replay's verdict
+    when an auditor signed it, or with ``listing`` when prereg stored it), none."""
     if mode not in AUDIT_MODES:
         raise ValueError(f"audit mode {mode!r} is not one of {AUDIT_MODES}")
     if record.status == REFUSED:
@@ -50,19 +53,19 @@ def audit_verdict(root: Path, record: RunRecord, mode: str) -> header.AuditVerdi
     if mode == "none":
         return header.AuditVerdict("not audited", (), "skipped (--no-audit)")
     try:
-        return _audit(root, record, mode)
+        return _audit(root, record, mode, listing)
     except Exception as err:  # noqa: BLE001 -- an audit that cannot run is itself the verdict
         return header.AuditVerdict(
             "audit could not run", (f"{type(err).__name__}: {err}",), f"mode {mode}"
         )
 
 
-def _audit(root: Path, record: RunRecord, mode: str) -> header.AuditVerdict:
+def _audit(root: Path, record: RunRecord, mode: str, listing: bool) -> header.AuditVerdict:
     checked = "hashes, records, git records and inputs"
     if mode == "full":
         result = audit_run(root, record.path)
     else:
-        result = audit_run_cached(root, record.path)  # the replay's clean verdict may be stored
+        result = audit_run_cached(root, record.path, listing=listing)
     if result.replayed:
         what = f"{checked} and replay, all checked now ({result.replay_note})"
     else:
@@ -177,7 +180,7 @@ def index_rows(root: Path, records: list[RunRecord], *, audit: str = "cached") -
         if record.status == NO_MANIFEST and audit != "none":
             verdict = header.AuditVerdict("not auditable (no manifest)", (), "")
         else:
-            verdict = audit_verdict(root, record, audit)
+            verdict = audit_verdict(root, record, audit, listing=True)
         rows.append(
             {
                 "stage": record.stage,

@@ -39,6 +39,7 @@ from prereg.decisions.audit.checks import (
 )
 from prereg.decisions.audit.evidence import Evidence, gather
 from prereg.decisions.manifest import describe
+from prereg.proof.vsa import replayed_verdict
 from prereg.records import (
     CLEAN,
     COMPLETE,
@@ -225,28 +226,38 @@ def audit_run(root: Path, run_dir: Path, *, replay: bool = True) -> AuditResult:
     )
 
 
-def audit_run_cached(root: Path, run_dir: Path) -> AuditResult:
-    """A full audit whose replay verdict may come from the one stored by ``prereg audit``.
+def audit_run_cached(root: Path, run_dir: Path, *, listing: bool = False) -> AuditResult:
+    """A full audit whose replay verdict may come from an earlier audit.
 
-    Everything but the replay (hashes, records, git, inputs) is checked now. The replay
-    is not run again when :mod:`prereg.records.verdicts` holds a clean replayed verdict for this
-    manifest's SHA-256 and this audit code; otherwise it runs now, the note says why a
-    stored verdict was not used (stale: manifest or code changed), and the new verdict
-    is stored.
+    Everything but the replay (hashes, records, git, inputs) is checked now. The replay is
+    not run again when an auditor signed a passing audit that replayed the stage, of this
+    attestation and manifest (:func:`prereg.proof.vsa.replayed_verdict`): what a dependent
+    stage's gate and a report page rely on, and nothing weaker. With ``listing`` (``prereg
+    runs``, the index page), a clean replayed verdict :mod:`prereg.records.verdicts` stores for
+    this manifest's SHA-256 and this audit code counts too. Otherwise the replay runs now,
+    the note says why no earlier verdict was used, and the new verdict is stored.
     """
     run_dir = Path(run_dir)
     record = verdicts.load(root, run_dir)
     stale = verdicts.staleness(root, record, run_dir)
-    if (
-        stale is None
+    signed = replayed_verdict(root, run_dir)
+    if signed is not None:
+        earlier = signed
+    elif (
+        listing
+        and stale is None
         and record.get("replayed")
         and record.get("verdict") == CLEAN
         and not record.get("findings")
     ):
+        earlier = verdicts.describe(record)
+    else:
+        earlier = None
+    if earlier is not None:
         result = audit_run(root, run_dir, replay=False)
         if not result:
             return AuditResult(
-                replay_note=f"replay: not run again; {verdicts.describe(record)}",
+                replay_note=f"replay: not run again; {earlier}",
                 status=result.status,
                 extensions=result.extensions,
             )
@@ -256,6 +267,12 @@ def audit_run_cached(root: Path, run_dir: Path) -> AuditResult:
         result = replace(
             result,
             replay_note=f"{result.replay_note}; the stored verdict was stale: {stale}",
+        )
+    elif not listing and stale is None and record.get("replayed"):
+        result = replace(
+            result,
+            replay_note=f"{result.replay_note}; prereg's stored verdict is not relied on here, "
+            "only an auditor's signed one (prereg audit --sign)",
         )
     verdicts.store(root, run_dir, result)
     return result
