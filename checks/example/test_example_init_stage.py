@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -22,7 +23,8 @@ from hypothesis import strategies as st
 from prereg.base.hashing import sha256_file
 from prereg.base.provenance import deviations, pin_form, pinned_environment
 from prereg.commands import scaffold
-from prereg.records import STAGE_NAME
+from prereg.decisions.audit import AuditResult
+from prereg.records import STAGE_NAME, ledger, verdicts
 from prereg.testing import ScratchProject
 from support.scaffolded import prereg_imports
 
@@ -327,6 +329,9 @@ def test_a_stage_that_requires_another_joins_its_plan_rehearses_on_its_rehearsal
     assert project.pytest(f"--research-stage={STAGE}").returncode == 0
     unrun = project.prereg("approve", "--stage", "decision", "--use-run", f"{STAGE}={read}")
     assert unrun.returncode == 2 and "a rehearsal is never a run" in unrun.stderr, unrun.stderr
+    with _forged_summary(project, project.run_dir(f"{STAGE}-{day}-001")):
+        forged = project.prereg("approve", "--stage", "decision", "--run-id", f"decision-{day}-001")
+        assert forged.returncode == 2 and "does not audit clean" in forged.stderr, forged.stderr
     approved = project.prereg("approve", "--stage", "decision", "--run-id", f"decision-{day}-001")
     assert approved.returncode == 0, approved.stdout + approved.stderr
     assert f"requires {STAGE}: bound run {STAGE}-{day}-001" in approved.stdout
@@ -346,6 +351,33 @@ def test_a_stage_that_requires_another_joins_its_plan_rehearses_on_its_rehearsal
     assert audit.returncode == 0 and "clean" in audit.stdout, audit.stdout
     later = project.prereg("init", "--stage", "later", "--requires", STAGE, ".", check=True)
     assert f"note: {STAGE} has approvals under its plan" in later.stdout, later.stdout
+
+
+@contextmanager
+def _forged_summary(project: ScratchProject, run: Path):
+    """The required run forged consistently: its summary changed and re-hashed in the
+    manifest and in git's record of it, and a clean replayed verdict stored and recorded in
+    git for that manifest. Only a replay finds it; a dependent gate must not skip it on
+    prereg's stored verdict."""
+    summary_file, manifest_file = run / "summary" / "summary.json", run / "manifest.json"
+    saved = {path: path.read_bytes() for path in (summary_file, manifest_file)}
+    ref = ledger.manifest_ref(run.name)
+    recorded = project.git("rev-parse", ref).strip()
+    summary = json.loads(summary_file.read_text())
+    summary_file.write_text(json.dumps({**summary, "mean_of_means": 1e6}))
+    manifest = json.loads(manifest_file.read_text())
+    for entry in manifest["summary_files"]:
+        if entry["path"] == summary_file.name:  # relative to summary/
+            entry.update(sha256=sha256_file(summary_file), bytes=summary_file.stat().st_size)
+    manifest_file.write_text(json.dumps(manifest))
+    project.git("update-ref", ref, project.git("hash-object", "-w", str(manifest_file)).strip())
+    verdicts.store(project.root, run, AuditResult(replayed=True, status="complete"))
+    try:
+        yield
+    finally:
+        for path, data in saved.items():
+            path.write_bytes(data)
+        project.git("update-ref", ref, recorded)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from prereg.base import gitrepo
 from prereg.base.hashing import read_json, sha256_file
-from prereg.decisions.audit import audit_run_cached
+from prereg.decisions.audit import audit_run, audit_run_cached
 from prereg.records.runs import COMPLETE, RunLayout, valid_run_id
 
 
@@ -32,8 +32,14 @@ def input_problems(record_inputs: dict) -> list[str]:
     return problems
 
 
-def dependency_problems(root: Path, requires: dict, *, plan_sha256: str) -> list[str]:
-    """Each required run that is missing, changed, incomplete, of another plan or not clean."""
+def dependency_problems(
+    root: Path, requires: dict, *, plan_sha256: str, replay: bool = True
+) -> list[str]:
+    """Each required run that is missing, changed, incomplete, of another plan or not clean.
+
+    Clean is :func:`prereg.decisions.audit.audit_run_cached`'s: the replay is skipped only on
+    an auditor's signed, replayed audit. ``replay=False``: no replay at all (a launcher, whose
+    hermetic session judges the required runs again with their replays before it spends)."""
     problems = []
     for stage, bound in sorted(requires.items()):
         if not valid_run_id(bound["run_id"]):
@@ -69,7 +75,9 @@ def dependency_problems(root: Path, requires: dict, *, plan_sha256: str) -> list
         if status != COMPLETE:
             problems.append(f"required {stage} run {bound['run_id']} is {status}, not complete")
             continue
-        findings = audit_run_cached(root, folder)
+        findings = (
+            audit_run_cached(root, folder) if replay else audit_run(root, folder, replay=False)
+        )
         if findings:
             problems.append(
                 f"required {stage} run {bound['run_id']} does not audit clean: {findings[0]}"

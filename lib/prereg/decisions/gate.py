@@ -629,10 +629,11 @@ def gather(
     read there, the approval, runs and git records in the checkout. ``session_follows``: this
     process is the launcher of a hermetic session, whose own gate judges the environment lock,
     the bytecode of the installed harness (:func:`prereg.evidence.execution.problems`) and the stage
-    kind's own check (``StageKind.gate_check``: E04 loads its embedding model for it) again,
-    before anything is spent; the launcher leaves them to it. ``defer_kind_check``: that
-    kind's check is not run here but returned as :attr:`Gathered.kind_check`, for a session
-    to run while its workers start and to judge before it spends the run id.
+    kind's own check (``StageKind.gate_check``: E04 loads its embedding model for it) and
+    the required runs' replays again, before anything is spent; the launcher leaves them to
+    it. ``defer_kind_check``: that kind's check is not run here but returned as
+    :attr:`Gathered.kind_check`, for a session to run while its workers start and to judge
+    before it spends the run id.
     ``consult_remotes``: ask every git remote whether it records the run id or the stage's
     single attempt (:func:`prereg.records.ledger.consult_remotes`)."""
     root = Path(root)
@@ -656,7 +657,10 @@ def gather(
     if at_approval or plan is not None:
         problems = bindings.input_problems(record["inputs"])
         problems += bindings.dependency_problems(
-            root, record["requires"], plan_sha256=record["plan"]["sha256"]
+            root,
+            record["requires"],
+            plan_sha256=record["plan"]["sha256"],
+            replay=not session_follows,
         )
         if plan is not None and not problems and not session_follows:
             kind_check = _kind_check(root, plan, stage, record)
