@@ -13,8 +13,10 @@ shows that the stage works without showing the run's outcome.
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 _SEPARATOR = "/"
 
@@ -66,6 +68,10 @@ def seed(namespace: str, *coords: object) -> int:
 
 def numpy_generator(namespace: str, *coords: object) -> np.random.Generator:
     """``numpy.random.Generator(PCG64(seed(namespace, *coords)))``."""
+    # numpy: only for the stages that draw from it; the plugin imports this module, and the
+    # harness's own processes (launcher, listing, session of a stage without numpy) never load it
+    import numpy as np
+
     return np.random.Generator(np.random.PCG64(seed(namespace, *coords)))
 
 

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import urllib.error
-import urllib.request
 from datetime import datetime, timedelta, timezone
 
 # The content types of RFC 3161 over HTTP (section 3.4).
@@ -80,6 +78,11 @@ def decode(text: object, where: str) -> bytes:
 def request(url: str, data: bytes) -> bytes:
     """The authority's reply (DER ``TimeStampResp``) over SHA-256 of ``data``, checked: granted,
     for this digest and this request's nonce."""
+    # urllib.request (http.client, email, ssl): only a run or an approval that asks an
+    # authority loads it; every process of the plugin imports this module
+    import urllib.error
+    import urllib.request
+
     client, _ = _client()
     query = client.TimestampRequestBuilder(
         data, hash_algorithm=client.HashAlgorithm.SHA256, nonce=True, cert_req=True
