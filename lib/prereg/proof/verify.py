@@ -332,6 +332,12 @@ def _judge_time(root, folder, record, commit, card, verdict) -> None:
         )
         return
     run_id = folder.folder.name
+    if not folder.attestation_timestamp.is_file():
+        verdict.problems.append(
+            f"{run_id}/{folder.attestation_timestamp.name} does not exist: the attestation was "
+            "not timestamped"
+        )
+        return
     what = ("approval record's", "run start's", "attestation's")
     try:
         start = json.loads(folder.start.read_bytes())
@@ -351,12 +357,6 @@ def _judge_time(root, folder, record, commit, card, verdict) -> None:
             timestamp.verified_time(token, over, authority["roots"], name)
             for token, over, name in zip(tokens, data, what)
         ]
-    except FileNotFoundError:
-        verdict.problems.append(
-            f"{run_id}/{folder.attestation_timestamp.name} does not exist: the attestation was "
-            "not timestamped"
-        )
-        return
     except timestamp.NoTimestamps as err:
         verdict.could_not.append(str(err))
         return
