@@ -44,11 +44,12 @@ def once(tmp_path_factory, authority):
     """A signed toy project registered with the authority, run RUN approved and run under it."""
     base = tmp_path_factory.mktemp("stamped")
     toy = make_toy_repo(base / "toy", {"toy": stage_spec("toy")})
-    toy.set_up_signing(base / "keys")
+    keys = toy.set_up_signing(base / "keys")
     card = write_card(toy, base / "card.json", authority)
     toy.approve("toy", RUN, "--timestamp-authority", authority.url)
     done = toy.pytest("--research-stage=toy")
     assert done.returncode == 0, done.stdout + done.stderr
+    toy.prereg("audit", f"runs/{RUN}", "--sign", "--signing-key", str(keys["auditor"]), check=True)
     return toy, card
 
 
@@ -159,3 +160,32 @@ def test_an_authority_that_does_not_answer_refuses_the_approval_and_the_run(tmp_
     output = done.stdout + done.stderr
     assert done.returncode != 0 and "[timestamp]" in output and "cannot be asked" in output, output
     assert not toy.run_dir(RUN).exists() and not ledger.is_spent(toy.root, RUN)
+
+
+def test_a_reviewer_verifies_from_the_pushed_refs_and_the_run_folder_alone(once, tmp_path):
+    """What the operator publishes (the branch and refs/prereg/* pushed to a remote) and the
+    run folder they hand over: a reviewer's fresh clone, without prereg on its PATH for the
+    plain commands, verifies the signed, timestamped and signed-audited run; prereg verify
+    agrees from the same clone."""
+    toy, card = once
+    public = tmp_path / "public.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(public)], check=True)
+    toy.git("push", "-q", str(public), "HEAD:refs/heads/main", "refs/prereg/*:refs/prereg/*")
+    clone = tmp_path / "reviewer" / "clone"
+    subprocess.run(["git", "clone", "-q", str(public), str(clone)], check=True)
+    subprocess.run(
+        ["git", "-C", str(clone), "fetch", "-q", "origin", "refs/prereg/*:refs/prereg/*"],
+        check=True,
+    )
+    handed = tmp_path / "reviewer" / "handed" / RUN
+    shutil.copytree(toy.run_dir(RUN), handed)
+    bare_path = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "reviewer")}
+    theirs = subprocess.run(
+        ["bash", str(SCRIPT), str(clone), str(handed), str(card), "--require-audit"],
+        capture_output=True, text=True, check=False, env=bare_path,
+    )  # fmt: skip
+    assert theirs.returncode == 0 and f"verified: {RUN}" in theirs.stdout, theirs.stderr
+    ours = toy.prereg(
+        "verify", str(handed), "--card", str(card), "--repo", str(clone), "--require-audit"
+    )
+    assert ours.returncode == 0 and "approved between" in ours.stdout, ours.stdout + ours.stderr
