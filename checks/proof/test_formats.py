@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import tempfile
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 
 from prereg.base.hashing import canonical_json
 from prereg.commands.signing import make_key
+from prereg.proof import card as cards
 from prereg.proof import dsse, keys, timestamp
 from prereg.proof.statement import rfc3339
 from prereg.testing import ScratchProject
@@ -176,3 +179,51 @@ def test_a_token_survives_its_text_form(token):
 def test_a_token_that_is_not_base64_names_where_it_was(text):
     with pytest.raises(timestamp.TimestampProblem, match="start.json's timestamp"):
         timestamp.decode(text, "start.json's timestamp")
+
+
+GOOD_CARD = {
+    "format": cards.FORMAT,
+    "repository": "a" * 40,
+    "freeze_commit": "b" * 40,
+    "plans": {"plans/PLAN.json": "c" * 64},
+    "roles": {"approvers": "d" * 64},
+    "timestamp_authority": {"url": "https://tsa.example.org/", "roots": ["PEM"]},
+}
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"timestamp_authority": {"url": "https://tsa.example.org/"}}, "roots"),
+        ({"timestamp_authority": {"url": "https://tsa.example.org/", "roots": []}}, "no root"),
+        ({"timestamp_authority": "https://tsa.example.org/"}, "timestamp_authority"),
+        ({"witness": 7}, "witness"),
+        ({"plans": ["plans/PLAN.json"]}, "plans"),
+        ({"signed_by": "me"}, "signed_by"),
+    ],
+)
+def test_a_card_of_another_shape_is_refused_naming_the_field(tmp_path, change, named):
+    """verify reads the card it is given before anything else: a field missing or of
+    another shape is refused by name, never a traceback halfway through the chain."""
+    path = tmp_path / "card.json"
+    cards.load(_write(path, GOOD_CARD))
+    with pytest.raises(cards.CardProblem, match=named):
+        cards.load(_write(path, {**GOOD_CARD, **change}))
+
+
+@given(st.sampled_from(sorted(cards.SCHEMA)))
+def test_every_card_field_is_checked(field):
+    """A number where the card's schema wants a string, a map or an object."""
+    value = {**GOOD_CARD, field: 12345}
+    with pytest.raises(cards.CardProblem, match=field):
+        _load_value(value)
+
+
+def _write(path, card):
+    path.write_text(json.dumps(card))
+    return path
+
+
+def _load_value(card):
+    with tempfile.TemporaryDirectory() as folder:
+        return cards.load(_write(Path(folder) / "card.json", card))

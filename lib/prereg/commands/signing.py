@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from prereg.base import gitrepo
@@ -86,7 +87,7 @@ def register(
     *,
     witness: str | None = None,
     timestamp_authority: str | None = None,
-    timestamp_roots: list[str] = (),
+    timestamp_roots: Sequence[str] = (),
 ) -> str:
     """The card of ``commit`` (default: HEAD of a clean tree), naming ``witness`` and the
     timestamp authority with its root certificates (PEM files) when given, as JSON text."""

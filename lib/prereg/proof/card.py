@@ -1,8 +1,9 @@
 """The registration card: what a researcher publishes outside the repository when they
 preregister, and all a verifier trusts.
 
-``{"format", "repository", "freeze_commit", "plans": {path: sha256}, "roles": {role: sha256}}``:
-the repository's root commit, the commit that freezes the plans, the SHA-256 of every plan
+``{"format", "repository", "freeze_commit", "plans": {path: sha256}, "roles": {role: sha256}}``
+(:data:`SCHEMA`, with the optional ``witness`` and ``timestamp_authority``): the
+repository's root commit, the commit that freezes the plans, the SHA-256 of every plan
 file under ``plans/`` at that commit (approvals excluded), and of each role file there. A
 role file that changes later counts only when an approver of the parent commit signed the
 change (:func:`prereg.proof.commits.role_history_problems`); a changed plan needs a new card.
@@ -15,6 +16,7 @@ import json
 from pathlib import Path
 
 from prereg.base import gitrepo
+from prereg.base.schema import MapOf, Optional, SchemaError, validate
 from prereg.proof.commits import role_problems, roles_at
 from prereg.proof.keys import role_path
 from prereg.proof.statement import repository_id
@@ -22,7 +24,16 @@ from prereg.records import APPROVALS_DIR
 
 FORMAT = "prereg-registration/1"
 PLANS_DIR = "plans"
-FIELDS = ("format", "repository", "freeze_commit", "plans", "roles")
+# Closed: a field it does not name is refused, and so is a field of another shape.
+SCHEMA = {
+    "format": str,
+    "repository": str,
+    "freeze_commit": str,
+    "plans": MapOf(str),
+    "roles": MapOf(str),
+    "witness": Optional(str),
+    "timestamp_authority": Optional({"url": str, "roots": [str]}),
+}
 
 
 class CardProblem(ValueError):
@@ -76,9 +87,13 @@ def load(path: Path) -> dict:
         raise CardProblem(f"the card {path} cannot be read as JSON: {err}") from None
     if not isinstance(card, dict) or card.get("format") != FORMAT:
         raise CardProblem(f"{path} is not a registration card (format {FORMAT})")
-    missing = [f for f in FIELDS if f not in card]
-    if missing:
-        raise CardProblem(f"the card {path} lacks {', '.join(missing)}")
+    try:
+        validate(card, SCHEMA, source=f"the card {path}")
+    except SchemaError as err:
+        raise CardProblem(str(err)) from None
+    authority = card.get("timestamp_authority")
+    if authority is not None and not authority["roots"]:
+        raise CardProblem(f"the card {path} names a timestamp authority with no root certificate")
     return card
 
 
