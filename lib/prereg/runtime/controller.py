@@ -290,7 +290,11 @@ class Controller(XdistBridge, TerminalOutput):
         if spec["budget_enforced"] and time.time() > self.started + spec["budget_seconds"]:
             self.session.shouldstop = "the stage's wall-time budget is exhausted"
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_keyboard_interrupt(self, excinfo) -> None:
+        """Kept before pytest's terminal reporter renders the interruption: that rendering
+        can itself fail (an interrupt that lands in a frame with no line number), and the
+        run's record of the cause, and the "nothing spent" notice, must not depend on it."""
         message = str(excinfo.value) or "Ctrl-C or SIGINT"
         self._interruption(f"interrupted ({excinfo.typename}: {message})")
 
