@@ -189,3 +189,29 @@ def test_a_reviewer_verifies_from_the_pushed_refs_and_the_run_folder_alone(once,
         "verify", str(handed), "--card", str(card), "--repo", str(clone), "--require-audit"
     )
     assert ours.returncode == 0 and "approved between" in ours.stdout, ours.stdout + ours.stderr
+
+
+def test_a_stage_that_plants_its_own_attestation_timestamp_gets_no_trusted_time(
+    tmp_path, authority
+):
+    """The approved stage writes attestation.tsr into its run folder before the controller
+    does: the controller never replaces it and says so, and both verifiers refuse the run's
+    time (the planted bytes are no token over the attestation written after them)."""
+    toy = make_toy_repo(tmp_path / "toy", {"toy": stage_spec("toy")})
+    toy.set_up_signing(tmp_path / "keys")
+    card = write_card(toy, tmp_path / "card.json", authority)
+    module = toy.root / "experiments" / "test_toy.py"
+    module.write_text(module.read_text().replace(
+        "research.coords(cell=cell)\n",
+        "research.coords(cell=cell)\n"
+        '    (research.outputs.parents[1] / "attestation.tsr").write_bytes(b"planted")\n',
+        1,
+    ))  # fmt: skip
+    toy.commit("A stage that plants an attestation timestamp")
+    toy.approve("toy", RUN, "--timestamp-authority", authority.url)
+    done = toy.pytest("--research-stage=toy")
+    assert "could not be timestamped" in done.stdout, done.stdout
+    assert ledger.read(toy.root, ledger.attestation_timestamp_ref(RUN)) is None
+    ours, theirs = both(toy, card)
+    assert ours.returncode == 1 and "attestation's timestamp" in ours.stdout, ours.stdout
+    assert theirs.returncode == 1 and "timestamp 3" in theirs.stderr, theirs.stderr
