@@ -103,7 +103,7 @@ install_chromium /usr/bin/chromium
 
 if [ "$pinned" = 0 ]; then
   "$py" -m pip install --quiet torch==2.13.0
-  "$py" -m pip install --quiet -c constraints/main.txt -e '.[training,e04,sign,dev]'
+  "$py" -m pip install --quiet -c constraints/main.txt -e '.[training,e04,sign,test,dev]'
   "$py" -c "import prereg, torch, faiss, bm25s, tree_sitter_go, lmstudio; print('prereg installed in $venv (torch', torch.__version__ + ')')"
   "$py" -m prereg.rp002a.gru_kernel --build  # compiles the "compiled" GRU kernel (C++, needs CXX or c++)
   install_examples
@@ -116,8 +116,8 @@ read -r pin_python pin_numpy pin_scipy pin_torch pin_platform <<<"$pins"
 here_platform=$("$py" -c 'import platform; s = {"Darwin": "macOS"}.get(platform.system(), platform.system()); print(s + "-" + platform.machine())')
 here_python=$("$py" -c 'import platform; print(platform.python_version())')
 unmet=()
-"$py" -m pip install --quiet -c constraints/pinned.txt -e '.[sign]'
-extras=(sign)
+"$py" -m pip install --quiet -c constraints/pinned.txt -e '.[sign,test]'
+extras=(sign test)
 # torch: the plan's pin, only from a source that serves a CPU build.
 if [ -n "${PREREG_TORCH_INDEX_URL:-}" ]; then
   "$py" -m pip install --quiet "torch==$pin_torch" --index-url "$PREREG_TORCH_INDEX_URL"

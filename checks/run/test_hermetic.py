@@ -25,7 +25,7 @@ from prereg.base import gitrepo
 from prereg.evidence import hermetic
 from prereg.records import ledger
 from prereg.records import snapshot as snapshots
-from prereg.runtime import option_policy
+from prereg.runtime import option_policy, roles
 from prereg.testing import terminal_signals
 from support.toy import left_behind, make_toy_repo, private_tmp, stage_spec
 
@@ -147,7 +147,7 @@ def test_an_edit_hidden_from_git_status_does_not_run(tmp_path):
 def test_a_session_not_started_from_a_snapshot_is_refused(tmp_path):
     """The session's internal option typed by hand, in the working tree: no snapshot, refused."""
     toy = _probe_repo(tmp_path / "p")
-    done = toy.pytest("--research-stage=toy", f"{hermetic.CHECKOUT_OPTION}={toy.root}")
+    done = toy.pytest("--research-stage=toy", f"{roles.CHECKOUT_OPTION}={toy.root}")
     assert done.returncode == 4, done.stdout + done.stderr
     assert "[hermetic]" in done.stderr and snapshots.NOT_A_SNAPSHOT in done.stderr
     assert not ledger.is_spent(toy.root, RUN)
@@ -265,7 +265,7 @@ def test_a_gate_switched_off_from_inside_the_run_is_found_by_the_audit(tmp_path)
     (outside / "evil.py").write_text(EVIL)
     done = toy.pytest(
         "--research-stage=toy",
-        f"{hermetic.CHECKOUT_OPTION}={toy.root}",
+        f"{roles.CHECKOUT_OPTION}={toy.root}",
         env={"PYTHONPATH": str(outside), "PYTEST_ADDOPTS": "-p evil"},
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -498,7 +498,7 @@ def test_the_session_command_runs_the_snapshot_isolated_with_checkout_paths_tran
     argv = hermetic.command(
         checkout=checkout,
         folder=folder,
-        args=["--research-stage=toy", "-n", "2"],
+        args=["--research-stage=toy", "-n", "2", roles.checkout_argument(checkout)],
         plugins=["-p", "xdist"],
         addopts="-v",
         pythonpath=f"{checkout / 'extra'}:/elsewhere",
@@ -506,8 +506,8 @@ def test_the_session_command_runs_the_snapshot_isolated_with_checkout_paths_tran
     assert argv[1:3] == ["-I", "-B"]
     paths = argv[4].split(":")
     assert str(folder / "extra") in paths and "/elsewhere" not in paths
-    assert argv[5:] == ["-v", "--research-stage=toy", "-n", "2", "-p", "xdist",
-                        f"{hermetic.CHECKOUT_OPTION}={checkout}"]  # fmt: skip
+    assert argv[5:] == ["-v", "--research-stage=toy", "-n", "2",
+                        f"{roles.CHECKOUT_OPTION}={checkout}", "-p", "xdist"]  # fmt: skip
 
 
 def _snapshots(commit: str) -> set[Path]:
@@ -523,7 +523,7 @@ def test_a_session_started_by_hand_from_a_real_snapshot_is_refused(tmp_path):
     try:
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--research-stage=toy",
-             f"{hermetic.CHECKOUT_OPTION}={toy.root}"],
+             f"{roles.CHECKOUT_OPTION}={toy.root}"],
             cwd=made.folder, capture_output=True, text=True, check=False,
             env={**os.environ, "LD_PRELOAD": "", "PYTHONWARNINGS": "ignore"},
         )  # fmt: skip

@@ -38,9 +38,6 @@ from prereg.base import gitrepo, provenance
 from prereg.proof.keys import RUNNER_KEY_VARIABLE
 from prereg.records import snapshot
 
-# The internal option naming the checkout a session writes its run into. Typed by hand in a
-# checkout, the session's proof of its snapshot refuses the run (condition hermetic).
-CHECKOUT_OPTION = "--prereg-checkout"
 PASSED_VARIABLES = (
     *provenance.THREAD_VARIABLES,
     "LANG", "LC_ALL", "LC_CTYPE", "TZ",
@@ -257,15 +254,16 @@ def command(
 
     ``folder`` is the snapshot; ``source`` the folder this process's code comes from (the
     checkout for a launcher, the snapshot for a session); ``args`` pytest's arguments as
-    typed, ``addopts`` the launcher's ``PYTEST_ADDOPTS`` (put before them, as pytest reads
-    it), ``plugins`` the ``-p`` arguments. The launcher's ``PYTHONPATH`` entries inside the
-    checkout (the gate refuses any other) become the same folders of the snapshot."""
+    typed, among them the one naming ``checkout``
+    (:func:`prereg.runtime.roles.checkout_argument`); ``addopts`` the launcher's
+    ``PYTEST_ADDOPTS`` (put before them, as pytest reads it), ``plugins`` the ``-p``
+    arguments. The launcher's ``PYTHONPATH`` entries inside the checkout (the gate refuses
+    any other) become the same folders of the snapshot."""
     paths, package = snapshot_paths(folder, Path(source or checkout), pythonpath)
     boot = boot_script(package)
     return [
         sys.executable, "-I", "-B", str(boot), os.pathsep.join(paths),
         *shlex.split(addopts or ""), *args, *plugins,
-        f"{CHECKOUT_OPTION}={checkout}",
     ]  # fmt: skip
 
 

@@ -25,9 +25,6 @@ from prereg.runtime.controller import Controller, pass_gate, refuse
 from prereg.runtime.listing import entry_point_plugins
 from prereg.runtime.process_run import (
     PROCESS_RUN,
-    REHEARSE_OPTION,
-    STAGE_OPTION,
-    ProcessRun,
     check_rehearsal_command,
     refused_by_a_run,
     resolve_rehearsal,
@@ -35,20 +32,8 @@ from prereg.runtime.process_run import (
     worker_process_run,
 )
 from prereg.runtime.rehearsal import Rehearsal
+from prereg.runtime.roles import REHEARSE_OPTION, STAGE_OPTION, checkout_argument
 from prereg.runtime.signals import end_on_sigterm
-
-
-def launches(config: pytest.Config) -> bool:
-    """A research run typed by a user: this process launches a hermetic session."""
-    option = config.option
-    return (
-        option.research_stage is not None
-        and not hasattr(config, "workerinput")
-        and not option.prereg_list_items
-        and not option.prereg_checkout
-        and not option.help
-        and not option.version
-    )
 
 
 def launch(config: pytest.Config) -> None:
@@ -135,6 +120,7 @@ def _become_session(
                     hermetic.output_values(config), config.invocation_params.dir
                 ),
                 *(args or []),
+                checkout_argument(checkout),
             ],
             plugins=hermetic.plugin_arguments(*plugins),
             addopts=os.environ.get("PYTEST_ADDOPTS"),
@@ -158,21 +144,12 @@ def _become_session(
 
 
 def configure(config: pytest.Config) -> None:
-    """prereg's markers, and the run this process belongs to, by its role: an xdist worker, a
-    software run, a listing, or a hermetic session (which registers the controller)."""
-    config.addinivalue_line("markers", "software: a software check, what CI runs")
-    config.addinivalue_line("markers", "research_stage(name): an item of a research stage")
+    """The run a process with a research role (:func:`prereg.runtime.roles.has_research_role`)
+    belongs to: an xdist worker's, a rehearsal's, a listing's, or a hermetic session's (which
+    registers the controller)."""
     root = Path(config.rootpath)
-    option = config.option
-    if option.prereg_rehearse and (option.research_stage is None or option.prereg_run_id):
-        raise pytest.UsageError(
-            f"{REHEARSE_OPTION} rehearses one stage, which has no run id: give "
-            f"{STAGE_OPTION}=NAME {REHEARSE_OPTION}, without --run-id"
-        )
     if hasattr(config, "workerinput"):
         run = worker_process_run(config)
-    elif config.option.research_stage is None or config.option.help or config.option.version:
-        run = ProcessRun(root=str(root))
     elif config.option.prereg_rehearse:
         run = resolve_rehearsal(config, root)
         config.pluginmanager.register(Rehearsal(config, run), "prereg-rehearsal")

@@ -14,13 +14,8 @@ import pytest
 
 from prereg.evidence import envlock, hermetic
 from prereg.evidence.execution import PYTEST_PLUGIN_ENTRY_POINT
-from prereg.runtime.process_run import (
-    LIST_OPTION,
-    LISTING_DROPS,
-    RUN_ID_OPTION,
-    STAGE_OPTION,
-    ProcessRun,
-)
+from prereg.runtime.process_run import LISTING_DROPS, ProcessRun
+from prereg.runtime.roles import LIST_OPTION, RUN_ID_OPTION, STAGE_OPTION, checkout_argument
 
 # Loaded by name: the listing reads no conftest.py, so none can load it.
 PLUGIN_MODULE = PYTEST_PLUGIN_ENTRY_POINT[1]
@@ -66,6 +61,7 @@ class Listing:
                 f"{STAGE_OPTION}={run.stage}", f"{RUN_ID_OPTION}={run.run_id}",
                 f"{LIST_OPTION}={self.path}", "-q", f"--rootdir={root}", "--noconftest",
                 *hermetic.null_arguments(hermetic.output_values(config)),
+                checkout_argument(run.project),
             ],
             plugins=hermetic.plugin_arguments(
                 [*loaded, PLUGIN_MODULE], [*blocked, "xdist", "randomly"]

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from prereg.records.runs import NOTHING_SPENT
+from prereg.runtime.roles import STAGE_OPTION
 
-STAGE_OPTION = "--research-stage"
 DEFAULT_IMPORT_MODE = "prepend"
 # Ini overrides (-o NAME=VALUE) a research run accepts: output style, and strictness switched
 # on (pytest itself spells --strict-markers as -o strict_markers=true); switched off, a

@@ -1,4 +1,4 @@
-"""The run a process belongs to: the options, :class:`ProcessRun`, the stash keys, and the
+"""The run a process belongs to: :class:`ProcessRun`, the stash keys, and the
 helpers experiments call (:func:`project_root`, :func:`stage_plan`, :func:`stage_inputs`).
 
 Every other runtime module reads the run its process belongs to from ``config.stash[PROCESS_RUN]``.
@@ -6,7 +6,6 @@ Every other runtime module reads the run its process belongs to from ``config.st
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import tempfile
@@ -33,12 +32,8 @@ from prereg.records.runs import (
     whole_rehearsals,
 )
 from prereg.runtime import option_policy
+from prereg.runtime.roles import PROPERTY, REHEARSE_OPTION, STAGE_OPTION
 
-STAGE_OPTION = option_policy.STAGE_OPTION
-RUN_ID_OPTION = "--run-id"
-REHEARSE_OPTION = "--rehearse"
-LIST_OPTION = "--prereg-list-items"
-PROPERTY = "prereg"
 # Environment variables a clean listing of the stage's items does not inherit.
 LISTING_DROPS = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
 
@@ -102,79 +97,6 @@ PROVED_SNAPSHOT = "prereg_proved_snapshot"  # workerinput: the snapshot it wrote
 # is spent, why its code is not the approved code (xdist sends a worker's failed collect
 # reports to the controller ahead of its collection).
 WORKER_GATE = "prereg-worker-gate"
-
-
-def add_options(parser: pytest.Parser) -> None:
-    """prereg's command-line options and ini settings."""
-    group = parser.getgroup("prereg", "preregistered research stages")
-    group.addoption(
-        STAGE_OPTION,
-        dest="research_stage",
-        default=None,
-        metavar="NAME",
-        help="run the items of one research stage, behind its committed approval record",
-    )
-    group.addoption(
-        RUN_ID_OPTION,
-        dest="prereg_run_id",
-        default=None,
-        metavar="RUN_ID",
-        help="the approved run id to use (default: the stage's only unspent approval)",
-    )
-    group.addoption(
-        REHEARSE_OPTION,
-        dest="prereg_rehearse",
-        action="store_true",
-        default=False,
-        help="rehearse the stage from the working tree without an approval, into "
-        "runs/rehearsals/ (any selection: -k, one item, --pdb); not a run, nothing spent",
-    )
-    group.addoption(
-        "--rehearse-full-scale",
-        dest="prereg_rehearse_full_scale",
-        action="store_true",
-        help="rehearse with the plan's parameters, not its rehearsal_parameters",
-    )
-    group.addoption(
-        "--rehearse-plan",
-        dest="prereg_rehearse_plan",
-        default=None,
-        metavar="PATH",
-        help="the plan to rehearse the stage under (default: the plan in pytest.ini naming it)",
-    )
-    group.addoption(
-        "--rehearse-input",
-        dest="prereg_rehearse_inputs",
-        action="append",
-        default=[],
-        metavar="NAME=PATH",
-        help="an input the rehearsed stage reads (as prereg approve --input binds it)",
-    )
-    group.addoption(
-        "--rehearse-use-run",
-        dest="prereg_rehearse_use_runs",
-        action="append",
-        default=[],
-        metavar="STAGE=RUN_ID",
-        help="the run of a required stage the rehearsal reads (default: its latest complete "
-        "run, else its latest passing rehearsal of the whole stage)",
-    )
-    group.addoption(
-        LIST_OPTION,
-        dest="prereg_list_items",
-        default=None,
-        metavar="PATH",
-        help=argparse.SUPPRESS,  # internal: the controller's clean listing of a stage's items
-    )
-    group.addoption(
-        hermetic.CHECKOUT_OPTION,
-        dest="prereg_checkout",
-        default=None,
-        metavar="PATH",
-        help=argparse.SUPPRESS,  # internal: a hermetic session's checkout (prereg.evidence.hermetic)
-    )
-    parser.addini("prereg_plans", type="linelist", help="plan files whose stages are known")
-    parser.addini("prereg_research_paths", type="linelist", help="folders holding research stages")
 
 
 def known_stages(root: Path, config: pytest.Config) -> dict[str, str]:
