@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from prereg.decisions import gate
 from support.toy import make_toy_repo, stage_spec
 
 pytestmark = pytest.mark.software
@@ -217,3 +218,28 @@ def test_every_gate_condition_names_the_audit_check_that_judges_it_again_or_why_
             assert f"`{check}`" in row, f"gate.md row `{marked.refusal}` omits `{check}`"
         if marked.why_not:
             assert row.startswith("not judged again"), f"gate.md row `{marked.refusal}`"
+
+
+def test_a_launchers_gate_leaves_to_its_session_what_the_session_judges_before_the_spend(
+    approved_toy, monkeypatch
+):
+    """One judgement per run: the launcher (``session_follows``) never asks the remotes or
+    the witness, checks the approval commit's signature or hashes the bound inputs; its
+    session does all four before it spends (the same gather without ``session_follows``)."""
+    asked = []
+
+    def recorder(name, result):
+        return lambda *args, **kwargs: asked.append(name) or result
+
+    monkeypatch.setattr(gate, "signing_required", lambda spec: True)
+    monkeypatch.setattr(gate.commits, "signing_problems", recorder("signature", []))
+    monkeypatch.setattr(gate.ledger, "consult_remotes", recorder("remotes", ()))
+    monkeypatch.setattr(gate, "witness_problems", recorder("witness", []))
+    monkeypatch.setattr(gate.bindings, "input_problems", recorder("inputs", []))
+    path = approved_toy.root / "plans" / "approvals" / f"{RUN}.json"
+    record = json.loads(path.read_text())
+
+    gate.gather(approved_toy.root, record, path, stage="toy", session_follows=True)
+    assert asked == []
+    gate.gather(approved_toy.root, record, path, stage="toy")
+    assert sorted(asked) == ["inputs", "remotes", "signature", "witness"]

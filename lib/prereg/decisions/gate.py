@@ -628,12 +628,13 @@ def gather(
     from that folder, not from the checkout; the plan, the baseline's files and the code are
     read there, the approval, runs and git records in the checkout. ``session_follows``: this
     process is the launcher of a hermetic session, whose own gate judges the environment lock,
-    the bytecode of the installed harness (:func:`prereg.evidence.execution.problems`) and the stage
-    kind's own check (``StageKind.gate_check``: E04 loads its embedding model for it) and
-    the required runs' replays again, before anything is spent; the launcher leaves them to
-    it. ``defer_kind_check``: that kind's check is not run here but returned as
-    :attr:`Gathered.kind_check`, for a session to run while its workers start and to judge
-    before it spends the run id.
+    the bytecode of the installed harness (:func:`prereg.evidence.execution.problems`), the stage
+    kind's own check (``StageKind.gate_check``: E04 loads its embedding model for it), the
+    required runs' replays, the bound inputs' hashes, the approval commit's signature and
+    what the remotes and the witness record again, before anything is spent; the launcher
+    leaves them to it, so each is judged once per run. ``defer_kind_check``: that kind's
+    check is not run here but returned as :attr:`Gathered.kind_check`, for a session to run
+    while its workers start and to judge before it spends the run id.
     ``consult_remotes``: ask every git remote whether it records the run id or the stage's
     single attempt (:func:`prereg.records.ledger.consult_remotes`)."""
     root = Path(root)
@@ -654,8 +655,9 @@ def gather(
 
     problems: list[str] = []
     kind_check = None
+    asks_others = consult_remotes and not session_follows
     if at_approval or plan is not None:
-        problems = bindings.input_problems(record["inputs"])
+        problems = [] if session_follows else bindings.input_problems(record["inputs"])
         problems += bindings.dependency_problems(
             root,
             record["requires"],
@@ -695,7 +697,7 @@ def gather(
         spent_in_git=ledger.is_spent(root, run_id),
         single_attempt=bool(spec.get("single_attempt")),
         attempt_used_by=ledger.attempt_run_id(root, stage),
-        remote_ledgers=ledger.consult_remotes(root, run_id, stage) if consult_remotes else (),
+        remote_ledgers=ledger.consult_remotes(root, run_id, stage) if asks_others else (),
         other_approvals_of_stage=tuple(
             a.run_id for a in approvals if a.stage == stage and a.run_id != run_id
         ),
@@ -715,10 +717,10 @@ def gather(
         irregular=irregular,
         signature_problems=tuple(
             commits.signing_problems(root, head, at_approval=at_approval)
-            if spec and signing_required(spec) and head
+            if spec and signing_required(spec) and head and not session_follows
             else ()
         ),
-        witness_problems=tuple(witness_problems(root, record) if consult_remotes else ()),
+        witness_problems=tuple(witness_problems(root, record) if asks_others else ()),
         module_missing=(
             spec["module"] if spec.get("module") and not (code / spec["module"]).is_file() else None
         ),
