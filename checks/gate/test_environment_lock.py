@@ -15,6 +15,7 @@ import base64
 import copy
 import hashlib
 import importlib.metadata
+import os
 import shutil
 import subprocess
 import sys
@@ -367,3 +368,28 @@ def test_header_only_parsing_gives_the_whole_files_name_and_version(
     headers = envlock.metadata_headers(dist)
     assert headers.get("Name") == dist.metadata["Name"] == name
     assert headers.get("Version") == dist.version == version
+
+
+def test_the_lock_is_read_once_while_unchanged_and_again_after_a_forged_rewrite(
+    tmp_path, site, monkeypatch
+):
+    """The gate's lock and the run's end share one reading of every RECORD; a RECORD rewritten
+    in place with its size and modification time restored (an attacker hiding a change from
+    a cheaper proof) is read again, and the lock names the change."""
+    _install_copy(tmp_path, site, "copy-a", "toylocked", "1.0", KIND, KIND_POINTS)
+    reads = []
+    read = envlock._distributions
+    monkeypatch.setattr(envlock, "_distributions", lambda dirs: reads.append(dirs) or read(dirs))
+    first = envlock.lock()
+    assert envlock.lock() == first and len(reads) == 1
+    record = site / "toylocked-1.0.dist-info" / "RECORD"
+    status = record.stat()
+    data = record.read_bytes()
+    forged = data.replace(b"toylocked_mod.py,sha256=", b"toylocked_mod.py,sha256=X", 1)[:-1]
+    assert len(forged) == len(data) and forged != data
+    record.write_bytes(forged)
+    os.utime(record, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert record.stat().st_size == status.st_size
+    again = envlock.lock()
+    assert len(reads) == 2
+    assert envlock.lock_problems(first, again), "the rewritten RECORD is a difference"

@@ -160,8 +160,19 @@ def lock(dirs: list[str] | None = None) -> dict:
     """The interpreter and every distribution installed in ``dirs`` (the site-packages folders
     by default): ``{"python": {...}, "distributions": {name: {"version", "record_sha256",
     "files"[, "entries"]}}}``. Two metadata folders of one name (a stale ``.dist-info`` left
-    beside the current one) are both kept, the later in sorted order keyed ``name (folder)``."""
+    beside the current one) are both kept, the later in sorted order keyed ``name (folder)``.
+    The distributions are read once per process while their metadata is unchanged
+    (:func:`prereg.evidence.execution.read_while_unchanged`): the gate's lock and the one the
+    manifest records at the run's end are one reading unless something was installed, removed
+    or rewritten in between."""
     folders = dirs if dirs is not None else execution.site_dirs()
+    distributions = execution.read_while_unchanged(
+        "environment-lock", folders, lambda: _distributions(folders)
+    )
+    return {"python": python(), "distributions": dict(distributions)}
+
+
+def _distributions(folders: list[str]) -> dict[str, dict]:
     found = []
     for dist in importlib.metadata.distributions(path=list(folders)):
         folder = getattr(dist, "_path", None)
@@ -171,7 +182,7 @@ def lock(dirs: list[str] | None = None) -> dict:
         name, entry = _distribution(dist)
         key = name if name not in distributions else f"{name} ({folder})"
         distributions[key] = entry
-    return {"python": python(), "distributions": distributions}
+    return distributions
 
 
 # -- comparing two locks ---------------------------------------------------------------------

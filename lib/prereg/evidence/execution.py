@@ -64,8 +64,10 @@ import site
 import sys
 import sysconfig
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import unquote, urlparse
 
 from prereg.base import gitrepo
@@ -149,6 +151,60 @@ def _in_stdlib(path: str, stdlib: list[str]) -> bool:
     return any(_under(path, d) for d in stdlib)
 
 
+# The metadata files of a distribution's .dist-info or .egg-info folder that the environment
+# lock and :class:`Installed` read.
+METADATA_FILES = ("RECORD", "METADATA", "PKG-INFO", "direct_url.json", "entry_points.txt")
+_Read = TypeVar("_Read")
+_READ_WHILE_UNCHANGED: dict[tuple[str, tuple[str, ...]], tuple[tuple, object]] = {}
+
+
+def metadata_proof(dirs: list[str]) -> tuple:
+    """A cheap proof that the distributions installed in ``dirs`` are as they were: each
+    folder's and each metadata folder's own status and that of its :data:`METADATA_FILES`, as
+    (path, inode, size, modification and change time). The change time is the kernel's, which
+    no user sets: a file rewritten in place with its old size and modification time restored
+    still changes the proof. Reading it costs a directory listing and a few ``stat`` calls per
+    distribution, not a parse of every RECORD."""
+    proof: list[tuple] = []
+
+    def stamp(path: str) -> None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        proof.append((path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+
+    for folder in dirs:
+        stamp(folder)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith((".dist-info", ".egg-info")):
+                path = os.path.join(folder, name)
+                stamp(path)
+                for file in METADATA_FILES:
+                    stamp(os.path.join(path, file))
+    return tuple(proof)
+
+
+def read_while_unchanged(kind: str, dirs: list[str], read: Callable[[], _Read]) -> _Read:
+    """``read()`` of the distributions installed in ``dirs``, read once per process while
+    :func:`metadata_proof` stays the same: the gate and the run's end share one reading of
+    every RECORD, and a distribution installed, removed or rewritten in between is read
+    again. The value is shared: callers do not change it."""
+    key = (kind, tuple(dirs))
+    proof = metadata_proof(dirs)
+    held = _READ_WHILE_UNCHANGED.get(key)
+    if held is not None and held[0] == proof:
+        return held[1]  # type: ignore[return-value]
+    value = read()
+    if metadata_proof(dirs) == proof:  # nothing changed while it was read
+        _READ_WHILE_UNCHANGED[key] = (proof, value)
+    return value
+
+
 @dataclass(frozen=True)
 class Recorded:
     distribution: str
@@ -166,10 +222,15 @@ class Installed:
 
     @classmethod
     def scan(cls, dirs: list[str] | None = None) -> Installed:
+        """The distributions installed in ``dirs`` (the site-packages folders by default),
+        read once per process while they are unchanged (:func:`read_while_unchanged`)."""
+        folders = dirs if dirs is not None else site_dirs()
+        return read_while_unchanged("installed", folders, lambda: cls._read(folders))
+
+    @classmethod
+    def _read(cls, dirs: list[str]) -> Installed:
         found = cls()
-        for dist in importlib.metadata.distributions(
-            path=dirs if dirs is not None else site_dirs()
-        ):
+        for dist in importlib.metadata.distributions(path=dirs):
             folder = getattr(dist, "_path", None)  # <name>-<version>.dist-info: no parsing
             stem = folder.name.rsplit(".", 1)[0] if isinstance(folder, Path) else ""
             name, _, version = stem.partition("-")
