@@ -17,7 +17,12 @@ wall clock from launch to exit:
 * ``prereg approve --stage toy --run-id toy-<date>-NNN --accept-deviations``, then
   ``git add`` + ``git commit`` of the record (a fresh run id for every research run);
 * ``pytest --research-stage=toy``, serial and ``-n 2``;
-* ``prereg audit runs/<run-id>``.
+* ``prereg audit runs/<run-id>``;
+* the *signed and timestamped loop*, in a second copy of the project set up as the README
+  recommends (approver, runner and auditor keys, a witness, a local ``openssl ts``
+  authority on loopback that the registration card names): ``prereg approve
+  --timestamp-authority URL --witness PATH``, a signed commit, a serial run,
+  ``prereg audit --sign`` and ``prereg verify --require-audit`` against the card.
 
 Every phase runs ``--repeats`` times, interleaved (one repetition runs every phase once),
 so the baseline shares the machine's load; the table gives the median and the minimum,
@@ -42,13 +47,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from prereg.proof.witness import init as init_witness
 from prereg.testing import ScratchProject
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(CHECKOUT / "checks"))  # the checks' toy stage (support.toy)
 
+from support import tsa
 from support.toy import PINS, stage_spec
 
 CELLS = 10
@@ -117,7 +125,11 @@ PREREG = tool("prereg", "prereg.cli")
 
 def build(workdir: Path) -> tuple[ScratchProject, ScratchProject]:
     """The scratch project with the approved-to-be stage ``toy``, and the plain folder."""
-    project = ScratchProject(workdir / "project")
+    return toy_project(workdir / "project"), plain_folder(workdir / "plain")
+
+
+def toy_project(root: Path) -> ScratchProject:
+    project = ScratchProject(root)
     project.root.mkdir(parents=True)
     project.init(plans=["plans/TOY_PLAN.json"])
     spec = stage_spec(
@@ -132,11 +144,40 @@ def build(workdir: Path) -> tuple[ScratchProject, ScratchProject]:
     (project.root / "plans" / "TOY_PLAN.json").write_text(json.dumps(plan, indent=2) + "\n")
     (project.root / "experiments" / "test_toy.py").write_text(render(RESEARCH_MODULE))
     project.commit("Toy project")
-    plain = ScratchProject(workdir / "plain")
+    return project
+
+
+def plain_folder(root: Path) -> ScratchProject:
+    plain = ScratchProject(root)
     plain.root.mkdir()
     (plain.root / "pytest.ini").write_text("[pytest]\naddopts = -p no:randomly\n")
     (plain.root / "test_toy.py").write_text(render(PLAIN_MODULE))
-    return project, plain
+    return plain
+
+
+@dataclass
+class Signed:
+    """The toy project set up for the signed and timestamped loop."""
+
+    project: ScratchProject
+    authority: tsa.Authority
+    witness: Path
+    card: Path
+    auditor_key: Path
+
+
+def build_signed(workdir: Path) -> Signed:
+    """Keys for the three roles, a witness and a timestamp authority, and the card."""
+    project = toy_project(workdir / "signed")
+    keys = project.set_up_signing(workdir / "keys")
+    authority = tsa.start(workdir / "authority")
+    witness = init_witness(workdir / "witness.git")
+    card = workdir / "card.json"
+    register = [*PREREG, "register", "--witness", str(witness)]
+    register += ["--timestamp-authority", authority.url]
+    register += ["--timestamp-root", str(authority.folder / "root.pem")]
+    card.write_text(project.run(*register, check=True).stdout)
+    return Signed(project, authority, witness, card, keys["auditor"])
 
 
 def timed(where: ScratchProject, *commands: list[str]) -> tuple[float, float, float]:
@@ -159,7 +200,11 @@ def epoch(stamp: str) -> float:
 
 
 def one_repetition(
-    project: ScratchProject, plain: ScratchProject, next_run_id, samples: dict[str, list[float]]
+    project: ScratchProject,
+    plain: ScratchProject,
+    signed: Signed,
+    next_run_id,
+    samples: dict[str, list[float]],
 ) -> None:
     def add(phase: str, seconds: float) -> None:
         samples.setdefault(phase, []).append(seconds)
@@ -190,6 +235,26 @@ def one_repetition(
         add(f"research {mode}: item time, slowest item", max(item_seconds))
         add(f"audit ({mode} run)", audit_s)
         add(f"whole loop {mode}", approve_s + commit_s + run_s + audit_s)
+    add("signed loop serial", signed_loop(signed, next_run_id()))
+
+
+def signed_loop(signed: Signed, run_id: str) -> float:
+    """Approve naming the card's authority and witness, commit (signed: the project's git
+    signs every commit), run, audit with the auditor's signature, verify against the card."""
+    approve = [*PREREG, "approve", "--stage", "toy", "--run-id", run_id, "--accept-deviations"]
+    approve += ["--timestamp-authority", signed.authority.url, "--witness", str(signed.witness)]
+    record = f"plans/approvals/{run_id}.json"
+    audit = [*PREREG, "audit", f"runs/{run_id}", "--sign", "--signing-key", str(signed.auditor_key)]
+    verify = [*PREREG, "verify", f"runs/{run_id}", "--card", str(signed.card), "--require-audit"]
+    return timed(
+        signed.project,
+        approve,
+        ["git", "add", record],
+        ["git", "commit", "-q", "-m", f"Approve {run_id}"],
+        [*PYTEST, "--research-stage=toy"],
+        audit,
+        verify,
+    )[0]
 
 
 # (phase, the baseline it is compared with, or None: an indented breakdown line)
@@ -217,6 +282,7 @@ TABLE = [
     ("research -n 2: item time, slowest item", None),
     ("audit (-n 2 run)", "plain -n 2"),
     ("whole loop -n 2", "plain -n 2"),
+    ("signed loop serial", "plain serial"),
 ]
 
 # Phases that replace a plain pytest run (added = phase - baseline); the others are steps
@@ -229,6 +295,7 @@ REPLACES_BASELINE = {
     "research -n 2",
     "whole loop serial",
     "whole loop -n 2",
+    "signed loop serial",
 }
 
 
@@ -298,11 +365,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.keep and args.keep.exists() and any(args.keep.iterdir()):
             parser.error(f"--keep {args.keep}: the folder is not empty; name a new or empty one")
         project, plain = build(workdir)
+        signed = build_signed(workdir)
         samples: dict[str, list[float]] = {}
         timed(plain, [*PYTEST, "-p", "no:prereg.plugin"])  # warm the file cache, not counted
-        for repetition in range(repeats):
-            one_repetition(project, plain, next_run_id, samples)
-            print(f"repetition {repetition + 1}/{repeats} done", flush=True)
+        try:
+            for repetition in range(repeats):
+                one_repetition(project, plain, signed, next_run_id, samples)
+                print(f"repetition {repetition + 1}/{repeats} done", flush=True)
+        finally:
+            signed.authority.stop()
     print(
         "ratio: median / median of plain pytest in the same mode; added: median minus that "
         "median for a pytest run or the whole loop, the whole median for approve, commit, audit"
