@@ -47,8 +47,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from prereg.proof.witness import init as init_witness
 from prereg.testing import ScratchProject
@@ -155,8 +155,7 @@ def plain_folder(root: Path) -> ScratchProject:
     return plain
 
 
-@dataclass
-class Signed:
+class Signed(NamedTuple):
     """The toy project set up for the signed and timestamped loop."""
 
     project: ScratchProject
