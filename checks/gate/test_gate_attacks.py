@@ -24,6 +24,7 @@ from prereg.records.runs import (
     run_dir,
     valid_run_id,
 )
+from prereg.runtime import collection
 from support.toy import make_toy_repo, stage_spec
 
 pytestmark = [pytest.mark.software, pytest.mark.attack]
@@ -327,6 +328,119 @@ def test_a_committed_conftest_that_changes_the_stages_items_is_refused_before_sp
     done = toy.pytest("--research-stage=toy", *workers)
     refused(toy, done, "whole-stage", "its module alone collects", conftest)
     assert not (toy.root / "runs" / RUN).exists()
+
+
+# A conftest.py with no hook at all: on import it patches pytest so that a module collects
+# one item fewer. Only a listing in a clean process (which loads no conftest) can see it.
+HOOKLESS_DROPPER = """pytest_plugins = ("prereg.plugin",)
+import _pytest.python
+
+_collect = _pytest.python.Module.collect
+
+
+def _fewer(self):
+    return list(_collect(self))[:-1]
+
+
+_pytest.python.Module.collect = _fewer
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+def test_a_conftest_without_hooks_that_patches_collection_is_refused_before_spending(toy, workers):
+    """The session lists the stage in a clean process whenever a conftest.py is more than
+    prereg's plugin declaration; a hook-less one that patches pytest on import is no
+    exception."""
+    (toy.root / "conftest.py").write_text(HOOKLESS_DROPPER)
+    toy.commit("A conftest that patches collection")
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy", *workers)
+    refused(toy, done, "whole-stage", "its module alone collects", "missing (1)")
+    assert not (toy.root / "runs" / RUN).exists()
+
+
+INERT = [
+    'pytest_plugins = ("prereg.plugin",)\n',
+    "pytest_plugins = ['prereg.plugin']\n",
+    'pytest_plugins = "prereg.plugin"\n',
+    '"""The project\'s plugin."""\n# prereg: loaded anyway\npytest_plugins = ("prereg.plugin",)\n',
+    "",
+    "# nothing\n",
+]
+NOT_INERT = [
+    'pytest_plugins = ("prereg.plugin", "experiments.dropper")\n',
+    'pytest_plugins = ("experiments.dropper",)\n',
+    "def pytest_collection_modifyitems(items):\n    pass\n",
+    HOOKLESS_DROPPER,
+    'import os\npytest_plugins = ("prereg.plugin",)\n',
+    'pytest_plugins = ("prereg.plugin",)\nx = 1\n',
+    'pytest_plugins: tuple = ("prereg.plugin",)\n',
+    'pytest_plugins = PLUGINS = ("prereg.plugin",)\n',
+    "this is not Python(\n",
+]
+
+
+@pytest.mark.parametrize("source", INERT)
+def test_a_conftest_that_only_declares_prerags_plugin_is_inert(source):
+    assert collection.inert_conftest(source)
+
+
+@pytest.mark.parametrize("source", NOT_INERT)
+def test_any_other_conftest_is_not_inert(source):
+    assert not collection.inert_conftest(source)
+
+
+@given(
+    inert=st.sampled_from(INERT),
+    statement=st.sampled_from(
+        ["import sys", "x = 1", "def pytest_configure(config): pass", "print()", "del x", "pass"]
+    ),
+    before=st.booleans(),
+)
+def test_any_statement_added_to_an_inert_conftest_makes_it_not_inert(inert, statement, before):
+    source = f"{statement}\n{inert}" if before else f"{inert}\n{statement}\n"
+    assert not collection.inert_conftest(source)
+
+
+class _Plugins:
+    """The two questions clean_listing_reasons asks of pytest's plugin manager."""
+
+    def __init__(self, named, installed=()):
+        self.named, self.installed = named, installed
+
+    def list_name_plugin(self):
+        return self.named
+
+    def list_plugin_distinfo(self):
+        return [(plugin, None) for plugin in self.installed]
+
+
+def _module(name: str, file: Path):
+    return type("Module", (), {"__name__": name, "__file__": str(file)})()
+
+
+def test_the_session_is_its_own_listing_only_when_no_conftest_or_plugin_could_differ(tmp_path):
+    root = tmp_path / "snapshot"
+    (root / "experiments").mkdir(parents=True)
+    (root / "conftest.py").write_text(INERT[0])
+    module = "experiments/test_toy.py"
+    installed = _module("xdist.plugin", tmp_path / "site" / "xdist" / "plugin.py")
+    conftest = _module("conftest", root / "conftest.py")
+    own = _module("prereg.plugin", tmp_path / "site" / "prereg" / "plugin.py")
+    config = type("Config", (), {})()
+    config.pluginmanager = _Plugins(
+        [("conftest", conftest), ("xdist", installed), ("prereg.plugin", own), ("x", object())],
+        installed=[installed],
+    )
+    assert collection.clean_listing_reasons(config, root, module) == ()
+
+    (root / "experiments" / "conftest.py").write_text(MODIFY_ITEMS.format("pass"))
+    assert collection.clean_listing_reasons(config, root, module) == ("experiments/conftest.py",)
+    (root / "experiments" / "conftest.py").unlink()
+
+    extra = _module("experiments.dropper", root / "experiments" / "dropper.py")
+    config.pluginmanager.named.append(("experiments.dropper", extra))
+    assert collection.clean_listing_reasons(config, root, module) == ("experiments/dropper.py",)
 
 
 def test_a_committed_plugin_the_root_conftest_loads_that_drops_items_is_refused_and_named(toy):

@@ -4,6 +4,7 @@ items, from the module its plan names."""
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -64,6 +65,71 @@ def select_items(config: pytest.Config, items: list[pytest.Item]) -> None:
         items[:] = keep
     if run.research and config.option.prereg_list_items:
         Path(config.option.prereg_list_items).write_text(json.dumps([i.nodeid for i in items]))
+
+
+# The one plugin an inert conftest.py may declare (prereg's own, loaded by the listing too).
+DECLARED_PLUGIN = "prereg.plugin"
+# Plugin modules of these packages load in the clean listing too.
+OWN_PACKAGES = ("_pytest", "pytest", "prereg")
+
+
+def inert_conftest(source: str) -> bool:
+    """Whether a conftest.py only declares prereg's plugin (``pytest_plugins`` naming
+    :data:`DECLARED_PLUGIN`, besides a docstring and comments): loading it runs no other code,
+    so the items collected with it are the items collected without it."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return False
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if not body:
+        return True
+    if len(body) != 1 or not isinstance(body[0], ast.Assign) or len(body[0].targets) != 1:
+        return False
+    target, value = body[0].targets[0], body[0].value
+    names = value.elts if isinstance(value, (ast.Tuple, ast.List)) else [value]
+    return (
+        isinstance(target, ast.Name)
+        and target.id == "pytest_plugins"
+        and all(isinstance(n, ast.Constant) and n.value == DECLARED_PLUGIN for n in names)
+    )
+
+
+def clean_listing_reasons(config: pytest.Config, root: Path, module: str) -> tuple[str, ...]:
+    """What could make the stage's items as this session collects them differ from what its
+    module alone collects in a clean process (:class:`prereg.runtime.listing.Listing`: no
+    conftest.py, no plugin but the installed ones and prereg's): each conftest.py on the way
+    from ``root`` to the stage's ``module`` (where a worker loads it at collection) and each
+    plugin module loaded here that is not inert (:func:`inert_conftest`), pytest's, prereg's
+    or an installed entry-point plugin. None: the two collections are one by construction
+    (the option policy refuses every option that selects items), and the session's own is
+    the stage's full item set."""
+    reasons = set()
+    folder = (Path(root) / module).parent
+    for where in (folder, *folder.parents):
+        conftest = where / "conftest.py"
+        if conftest.is_file() and not inert_conftest(conftest.read_text(errors="replace")):
+            reasons.add(_shown(conftest, root))
+        if where == Path(root):
+            break
+    installed = {id(plugin) for plugin, _ in config.pluginmanager.list_plugin_distinfo()}
+    for _, plugin in config.pluginmanager.list_name_plugin():
+        file, name = getattr(plugin, "__file__", None), getattr(plugin, "__name__", "")
+        if not file or id(plugin) in installed or name.partition(".")[0] in OWN_PACKAGES:
+            continue  # objects are registered by code judged here; installed plugins load there
+        path = Path(file)
+        if path.name == "conftest.py" and inert_conftest(path.read_text(errors="replace")):
+            continue
+        reasons.add(_shown(path, root))
+    return tuple(sorted(reasons))
+
+
+def _shown(path: Path, root: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def item_changers(config: pytest.Config, root: Path) -> tuple[str, ...]:

@@ -30,7 +30,7 @@ from prereg.records import snapshot as snapshots
 from prereg.records.runs import contained, item_dir_name, refusal_note
 from prereg.runtime import items as item_side
 from prereg.runtime import signals
-from prereg.runtime.collection import item_changers
+from prereg.runtime.collection import clean_listing_reasons, item_changers
 from prereg.runtime.listing import Listing
 from prereg.runtime.process_run import PROCESS_RUN, PROPERTY, ProcessRun
 from prereg.runtime.terminal import TerminalOutput
@@ -111,8 +111,10 @@ class Controller(XdistBridge, TerminalOutput):
         run = self.run
         # The clean listing (a process of its own) needs nothing the session's gate finds, and
         # the launcher's gate has passed: it runs while this gate is judged again, and a refusal
-        # stops it (pytest_unconfigure).
-        self.listing = Listing(self.code_root, run, self.config)
+        # stops it (pytest_unconfigure). Only when this session's collection could differ from
+        # it: otherwise the two are one collection and the session's own is the item set.
+        if clean_listing_reasons(self.config, self.code_root, run.module):
+            self.listing = Listing(self.code_root, run, self.config)
         gathered = self.check_gate()
         self.execution = gathered.execution or execution.record(
             self.code_root, self.config.pluginmanager.list_name_plugin(), snapshot=self.snapshot
@@ -159,7 +161,7 @@ class Controller(XdistBridge, TerminalOutput):
             self.code_root, plugins, snapshot=self.snapshot, env=self.environment
         )
         self.refuse([gate.Refusal("execution", f"at collection: {p}") for p in problems])
-        expected = self.listing.wait()
+        expected = self.listing.wait() if self.listing is not None else list(about_to_run)
         if isinstance(expected, str):
             self.refuse([gate.Refusal("whole-stage", expected)])
         self.refuse(
