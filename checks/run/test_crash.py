@@ -212,12 +212,18 @@ if any(arg.startswith("--prereg-list-items") for arg in _sys.argv):  # the clean
 """
 
 
+FIXTURE_CONFTEST = "import pytest\n\n\n@pytest.fixture\ndef unused():\n    return 1\n"
+
+
 def test_a_sigterm_that_ends_the_clean_listing_is_an_interruption_not_a_refusal(tmp_path):
     # A batch scheduler's SIGTERM can reach the clean listing before the session: that says
     # nothing of the stage, so it is no whole-stage refusal; nothing is spent or recorded.
     toy = make_toy_repo(tmp_path / "toy")
     with open(toy.root / "experiments" / "test_toy.py", "a") as handle:
         handle.write(SIGTERM_IN_THE_LISTING)
+    # A conftest.py with a fixture of its own: more than prereg's plugin declaration, so the
+    # session lists the stage in a clean process (prereg.runtime.collection).
+    (toy.root / "experiments" / "conftest.py").write_text(FIXTURE_CONFTEST)
     toy.commit("A stage whose clean listing is ended by SIGTERM")
     toy.approve("toy", RUN)
     done = toy.pytest("--research-stage=toy")
