@@ -5,6 +5,7 @@ A process with a research role loads the runtime (see checks/run for those runs)
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -82,3 +83,14 @@ def test_a_software_run_with_prereg_autoloaded_never_loads_the_runtime(tmp_path,
     for worker, report in reports.items():
         assert set(report["prereg"]) == THIN, (worker, report)
         assert report["others"] == [], (worker, report)
+
+
+def test_hypothesis_is_a_dependency_of_the_checks_only():
+    """A project that installs prereg gets no hypothesis, whose pytest plugin would load in
+    every one of its research processes; prereg's own checks install it (the test extra)."""
+    from packaging.requirements import Requirement
+
+    requirements = [Requirement(r) for r in importlib.metadata.requires("prereg") or []]
+    hypothesis = [r for r in requirements if r.name == "hypothesis"]
+    assert hypothesis, "prereg's own checks need hypothesis (the test extra)"
+    assert all(r.marker is not None and 'extra == "test"' in str(r.marker) for r in hypothesis)
