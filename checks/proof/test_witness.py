@@ -164,3 +164,18 @@ def test_a_witness_that_refuses_the_start_stops_the_run_before_any_item(tmp_path
     assert ledger.is_spent(toy.root, RUN)
     items = toy.run_dir(RUN) / "items"
     assert not items.exists() or not any(items.iterdir())
+
+
+def test_a_symbolic_link_added_to_the_run_folder_is_refused_by_both_verifiers(world, tmp_path):
+    """The plain commands list the run folder as prereg verify does: an entry that is not a
+    regular file or folder (a link to a forged summary) is refused, never passed over."""
+    toy, _, card, _ = world
+    forged = tmp_path / "forged-summary.json"
+    forged.write_text('{"forged": true}\n')
+    folder = toy.run_dir(RUN)
+    folder.chmod(0o755)
+    (folder / "summary.json").symlink_to(forged)
+    ours, theirs = both(toy, card)
+    assert ours.returncode == 1, ours.stdout + ours.stderr
+    assert theirs.returncode == 1, theirs.stderr
+    assert "summary.json in the run folder is not a regular file or folder" in theirs.stderr

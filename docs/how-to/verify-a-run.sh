@@ -99,7 +99,11 @@ s1=$tmp/payload1; s2=$tmp/payload2
 [ "$(jq -r .predicate.runDetails.metadata.invocationId "$s1")" = "$id" ] || refuse "the statement is for another run"
 [ "$(jq -c .subject "$s2")" = "[{\"digest\":{\"gitCommit\":\"$C\"},\"name\":\"source\"}]" ] || refuse "line 2's subject"
 
-# 6. Every file of the run folder is a subject with its digest, and every subject a file.
+# 6. Every file of the run folder is a subject with its digest, and every subject a file; an
+#    entry that is neither a regular file nor a folder (a symbolic link) is refused, as prereg
+#    verify refuses it: nothing follows it.
+odd=$(cd "$run" && find . ! -type f ! -type d -print -quit)
+[ -z "$odd" ] || refuse "${odd#./} in the run folder is not a regular file or folder"
 (cd "$run" && find . -type f ! -path ./attestation.intoto.jsonl ! -path ./attestation.tsr | sed 's|^\./||' | LC_ALL=C sort) > "$tmp/files"
 jq -r '.subject[].name' "$s1" | LC_ALL=C sort > "$tmp/subjects"
 cmp -s "$tmp/files" "$tmp/subjects" || refuse "the run folder's files are not the attested subjects"
@@ -132,7 +136,11 @@ url=$(jq -r '.witness.url // empty' "$tmp/record")
 carded=$(jq -r '.witness // empty' "$card")
 [ -z "$carded" ] || [ "$url" = "$carded" ] || refuse "the card registers the witness $carded; the approval names ${url:-none}"
 if [ -n "$url" ]; then
-  held=$(GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 git ls-remote "$url" "refs/prereg/runs/$id/start" | cut -f1)
+  # The url comes from a record: after --, with git's own upload program named, no
+  # configuration and ssh without prompts (as prereg.records.ledger asks a remote).
+  case "$url" in -*) refuse "the witness url $url looks like an option";; esac
+  held=$(GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 git -c core.sshCommand="ssh -o BatchMode=yes" \
+    ls-remote --upload-pack=git-upload-pack -- "$url" "refs/prereg/runs/$id/start" | cut -f1)
   [ -n "$held" ] || refuse "the witness holds no start record of $id"
   [ "$held" = "$(g hash-object --stdin < "$run/start.json")" ] || refuse "the witness holds another start of $id (a rerun)"
 fi
