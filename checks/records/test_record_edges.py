@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from prereg.base import hashing
 from prereg.base.hashing import (
     MAX_JSON_DEPTH,
     NOT_UTF8,
@@ -455,3 +456,32 @@ def test_prereg_runs_lists_a_run_without_manifest_whose_item_log_nests_too_deepl
     (toy.run_dir(RUN) / "manifest.json").unlink()
     (toy.run_dir(RUN) / "items.jsonl").write_text(DEEP + "\n")
     assert bounded(toy, "runs", "--no-audit").returncode == 0
+
+
+def test_a_digest_is_taken_again_only_while_the_file_is_unchanged(tmp_path):
+    """The attestation's subjects reuse the manifest's digests (hashing.hashed_entry) only
+    for a file whose status is the one it had when it was hashed: one rewritten in place
+    with its size and modification time restored is read again."""
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "result.json"
+    target.write_bytes(b'{"value": 1}\n')
+    first = hashing.hash_entry(out, "result.json")
+    assert hashing.hashed_entry(out, "result.json") == first
+    status = target.stat()
+    target.write_bytes(b'{"value": 2}\n')
+    os.utime(target, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert target.stat().st_size == status.st_size
+    again = hashing.hashed_entry(out, "result.json")
+    assert again["sha256"] == hashing.sha256_bytes(b'{"value": 2}\n') != first["sha256"]
+
+
+def test_a_file_never_hashed_here_or_replaced_by_a_link_is_read_as_it_is_now(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a").write_bytes(b"a")
+    assert hashing.hashed_entry(out, "a")["sha256"] == hashing.sha256_bytes(b"a")
+    (out / "a").unlink()
+    (out / "a").symlink_to(tmp_path)
+    with pytest.raises(hashing.NotARegularFile):
+        hashing.hashed_entry(out, "a")

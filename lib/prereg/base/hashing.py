@@ -349,9 +349,44 @@ def list_folder(root: Path) -> FolderListing:
 def hash_entry(root: Path, rel: str) -> dict:
     """``{"path", "sha256", "bytes"}`` of the regular file ``rel`` below ``root``, read through
     one descriptor that follows no symbolic link (:class:`NotARegularFile` otherwise)."""
-    fd, _ = _open_regular(Path(root) / rel, follow=False)
+    path = Path(root) / rel
+    fd, status = _open_regular(path, follow=False)
     digest, size = _hash_open(fd)
+    if _status_proof(os.lstat(path)) == _status_proof(status):  # unchanged while it was read
+        _HASHED[os.path.abspath(path)] = (_status_proof(status), digest, size)
     return {"path": rel, "sha256": digest, "bytes": size}
+
+
+# The digest of each file :func:`hash_entry` read in this process, with the status the file
+# had then (:func:`_status_proof`): a run's end hashes its outputs for the manifest, and the
+# attestation's subjects take the same digests while each file's status is unchanged.
+_HASHED: dict[str, tuple[tuple, str, int]] = {}
+
+
+def _status_proof(status: os.stat_result) -> tuple:
+    """Device, inode, size, modification and change time: the change time is the kernel's,
+    which no user sets, so a file rewritten in place with its old size and modification time
+    restored differs."""
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
+def hashed_entry(root: Path, rel: str) -> dict:
+    """:func:`hash_entry` of ``rel`` below ``root``, taken from this process's earlier reading
+    of the file while its status is the one it had then, else read again."""
+    path = Path(root) / rel
+    known = _HASHED.get(os.path.abspath(path))
+    if known is not None:
+        try:
+            status = os.lstat(path)
+        except OSError:
+            status = None
+        if (
+            status is not None
+            and stat.S_ISREG(status.st_mode)
+            and _status_proof(status) == known[0]
+        ):
+            return {"path": rel, "sha256": known[1], "bytes": known[2]}
+    return hash_entry(root, rel)
 
 
 def file_entries(

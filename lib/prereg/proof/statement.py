@@ -17,7 +17,7 @@ from pathlib import Path
 
 import prereg
 from prereg.base import gitrepo
-from prereg.base.hashing import canonical_json, sha256_file
+from prereg.base.hashing import canonical_json, hashed_entry
 from prereg.records import (
     APPROVAL_COPY,
     ATTESTATION_FILES,
@@ -48,7 +48,8 @@ class StatementProblem(ValueError):
 
 def subjects(run_dir: Path) -> list[dict]:
     """Every regular file of the run folder but the attestation and its timestamp: name and
-    SHA-256."""
+    SHA-256 (:func:`prereg.base.hashing.hashed_entry`: a file this process hashed for the
+    manifest and not changed since is not read again; the audit and the verifiers read it)."""
     run_dir = Path(run_dir)
     found = []
     for path in sorted(run_dir.rglob("*")):
@@ -57,8 +58,8 @@ def subjects(run_dir: Path) -> list[dict]:
             if path.is_symlink() or not path.is_dir():
                 raise StatementProblem(f"{run_dir.name}/{rel} is not a regular file")
             continue
-        if rel not in ATTESTATION_FILES:
-            found.append({"name": rel, "digest": {"sha256": sha256_file(path)}})
+        if rel not in ATTESTATION_FILES:  # the manifest's digest when the file is unchanged
+            found.append({"name": rel, "digest": {"sha256": hashed_entry(run_dir, rel)["sha256"]}})
     return found
 
 
