@@ -25,8 +25,8 @@ import pinnedrun
 import pytest
 from pinnedcompare import compare_runs
 
-from conftest import OPTIONAL_MODULES
 from prereg.testing import outer_environment
+from support.suite import checks_conftest
 
 pytestmark = [pytest.mark.software, pytest.mark.slow]
 
@@ -173,7 +173,7 @@ def test_statistics_and_harness_checks_pass_on_the_pinned_stack(pinned_python):
 def test_every_core_module_imports_on_the_pinned_stack(pinned_python):
     """What the checks above do not run is at least imported there: code that needs a newer
     Python at import (a 3.10 annotation evaluated, a newer standard-library name) fails."""
-    extras = sorted({module for module in OPTIONAL_MODULES})
+    extras = sorted(checks_conftest().OPTIONAL_MODULES)
     done = subprocess.run(
         [pinned_python, "-c", IMPORT_EVERY_MODULE, json.dumps(extras)],
         cwd=REPO, env=outer_environment(), capture_output=True, text=True, check=False,

@@ -17,6 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pinnedcompare import compare_runs
 
+from support.suite import checks_conftest
+
 pytestmark = pytest.mark.software
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,17 +79,8 @@ def test_a_float_difference_is_measured_relative(tmp_path_factory, x, r):
         assert math.isclose(d.max_rel, abs(y - x) / max(x, y), rel_tol=1e-9)
 
 
-def _checks_conftest():
-    spec = importlib.util.spec_from_file_location(
-        "checks_conftest", REPO / "checks" / "conftest.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_only_an_absent_optional_module_keeps_a_check_module_out(tmp_path, monkeypatch):
-    rules = _checks_conftest()
+    rules = checks_conftest()
     monkeypatch.setitem(rules.OPTIONAL_MODULES, "prereg_absent_extra_pkg", "training")
     needs_extra = tmp_path / "test_a.py"
     needs_extra.write_text("import json\nimport prereg_absent_extra_pkg.sub\n")
@@ -102,7 +95,7 @@ def test_only_an_absent_optional_module_keeps_a_check_module_out(tmp_path, monke
 
 
 def test_the_extras_are_read_from_pyproject_with_normalised_names(tmp_path):
-    rules = _checks_conftest()
+    rules = checks_conftest()
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text(
         "[project.optional-dependencies]\n"
@@ -122,7 +115,7 @@ def test_the_extras_are_read_from_pyproject_with_normalised_names(tmp_path):
 
 
 def test_the_optional_modules_are_those_of_the_checkouts_extras():
-    rules = _checks_conftest()
+    rules = checks_conftest()
     assert rules.OPTIONAL_MODULES == {
         rules.import_name(distribution): extra
         for extra, distributions in rules.extra_distributions().items()
@@ -148,14 +141,14 @@ def _top_level_modules(distribution: importlib.metadata.Distribution) -> set[str
 
 EXTRA_DISTRIBUTIONS = [
     (extra, distribution)
-    for extra, distributions in _checks_conftest().extra_distributions().items()
+    for extra, distributions in checks_conftest().extra_distributions().items()
     for distribution in distributions
 ]
 
 
 @pytest.mark.parametrize(("extra", "distribution"), EXTRA_DISTRIBUTIONS)
 def test_every_distribution_of_an_optional_extra_maps_to_a_module_it_installs(extra, distribution):
-    rules = _checks_conftest()
+    rules = checks_conftest()
     module = rules.import_name(distribution)
     assert rules.OPTIONAL_MODULES[module] == extra
     try:
