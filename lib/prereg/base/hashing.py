@@ -352,18 +352,18 @@ def hash_entry(root: Path, rel: str) -> dict:
     path = Path(root) / rel
     fd, status = _open_regular(path, follow=False)
     digest, size = _hash_open(fd)
-    if _status_proof(os.lstat(path)) == _status_proof(status):  # unchanged while it was read
-        _HASHED[os.path.abspath(path)] = (_status_proof(status), digest, size)
+    if status_proof(os.lstat(path)) == status_proof(status):  # unchanged while it was read
+        _HASHED[os.path.abspath(path)] = (status_proof(status), digest, size)
     return {"path": rel, "sha256": digest, "bytes": size}
 
 
 # The digest of each file :func:`hash_entry` read in this process, with the status the file
-# had then (:func:`_status_proof`): a run's end hashes its outputs for the manifest, and the
+# had then (:func:`status_proof`): a run's end hashes its outputs for the manifest, and the
 # attestation's subjects take the same digests while each file's status is unchanged.
 _HASHED: dict[str, tuple[tuple, str, int]] = {}
 
 
-def _status_proof(status: os.stat_result) -> tuple:
+def status_proof(status: os.stat_result) -> tuple:
     """Device, inode, size, modification and change time: the change time is the kernel's,
     which no user sets, so a file rewritten in place with its old size and modification time
     restored differs."""
@@ -380,11 +380,7 @@ def hashed_entry(root: Path, rel: str) -> dict:
             status = os.lstat(path)
         except OSError:
             status = None
-        if (
-            status is not None
-            and stat.S_ISREG(status.st_mode)
-            and _status_proof(status) == known[0]
-        ):
+        if status is not None and stat.S_ISREG(status.st_mode) and status_proof(status) == known[0]:
             return {"path": rel, "sha256": known[1], "bytes": known[2]}
     return hash_entry(root, rel)
 

@@ -71,7 +71,7 @@ from typing import TypeVar
 from urllib.parse import unquote, urlparse
 
 from prereg.base import gitrepo
-from prereg.base.hashing import sha256_file
+from prereg.base.hashing import sha256_file, status_proof
 from prereg.evidence import imports
 from prereg.evidence.hermetic import (
     PASSED_VARIABLES,
@@ -160,19 +160,17 @@ _READ_WHILE_UNCHANGED: dict[tuple[str, tuple[str, ...]], tuple[tuple, object]] =
 
 def metadata_proof(dirs: list[str]) -> tuple:
     """A cheap proof that the distributions installed in ``dirs`` are as they were: each
-    folder's and each metadata folder's own status and that of its :data:`METADATA_FILES`, as
-    (path, inode, size, modification and change time). The change time is the kernel's, which
-    no user sets: a file rewritten in place with its old size and modification time restored
-    still changes the proof. Reading it costs a directory listing and a few ``stat`` calls per
-    distribution, not a parse of every RECORD."""
+    folder's and each metadata folder's own status and that of its :data:`METADATA_FILES`
+    (:func:`prereg.base.hashing.status_proof`, which a file rewritten in place with its old
+    size and modification time restored still changes). Reading it costs a directory listing
+    and a few ``stat`` calls per distribution, not a parse of every RECORD."""
     proof: list[tuple] = []
 
     def stamp(path: str) -> None:
         try:
-            st = os.stat(path)
+            proof.append((path, status_proof(os.stat(path))))
         except OSError:
             return
-        proof.append((path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
 
     for folder in dirs:
         stamp(folder)

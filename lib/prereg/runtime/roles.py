@@ -116,15 +116,14 @@ def checkout_argument(checkout: Path | str) -> str:
 
 
 def launches(config: pytest.Config) -> bool:
-    """A research run typed by a user: this process launches a hermetic session."""
+    """A research run typed by a user: a process with a research role that is none of its
+    session, its listing or a worker launches the hermetic session."""
     option = config.option
     return (
-        option.research_stage is not None
+        has_research_role(config)
         and not hasattr(config, "workerinput")
         and not option.prereg_list_items
         and not option.prereg_checkout
-        and not option.help
-        and not option.version
     )
 
 
