@@ -359,6 +359,30 @@ def test_a_conftest_without_hooks_that_patches_collection_is_refused_before_spen
     assert not (toy.root / "runs" / RUN).exists()
 
 
+# A conftest.py that takes prereg's data out of every xdist worker's input: each worker would
+# judge itself a software run and deselect the stage's items.
+STRIP_WORKER_ROLE = """pytest_plugins = ("prereg.plugin",)
+
+
+def pytest_configure_node(node):
+    node.workerinput.pop("prereg", None)
+"""
+
+
+def test_a_conftest_that_takes_the_research_role_from_the_workers_is_refused_before_spending(
+    toy,
+):
+    """A worker's role comes from its input alone (prereg.runtime.roles); workers stripped of
+    it collect no item of the stage, which the comparison with the stage's item set refuses
+    before anything is spent."""
+    (toy.root / "conftest.py").write_text(STRIP_WORKER_ROLE)
+    toy.commit("A conftest that strips the workers' research role")
+    toy.approve("toy", RUN)
+    done = toy.pytest("--research-stage=toy", "-n", "2")
+    refused(toy, done, "whole-stage", "missing (4)")
+    assert not (toy.root / "runs" / RUN).exists()
+
+
 INERT = [
     'pytest_plugins = ("prereg.plugin",)\n',
     "pytest_plugins = ['prereg.plugin']\n",
