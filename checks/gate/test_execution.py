@@ -127,6 +127,45 @@ def test_bytecode_is_refused_exactly_when_its_code_differs_from_the_source(
     assert bool(found) == (real != planted), found
 
 
+def test_bytecode_found_equal_is_not_compiled_again_by_a_later_process_but_a_planted_pyc_is(
+    tmp_path, monkeypatch
+):
+    """Each pair of files is compiled once per machine: the verdict "equal" is kept in the
+    user's cache by both files' hashes, so a pyc planted later, or a verdict of another
+    optimisation level, is compared again."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(execution, "_COMPARED", {})
+    compiled = []
+    compare = execution._compiled_problem
+    monkeypatch.setattr(
+        execution, "_compiled_problem", lambda *args: compiled.append(args[1]) or compare(*args)
+    )
+    source = tmp_path / "mod.py"
+    source.write_text("VALUE = 1\n")
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+    pyc = cache / f"mod.{TAG}.pyc"
+    import py_compile
+
+    py_compile.compile(str(source), cfile=str(pyc), doraise=True)
+
+    def problems_of_a_new_process():
+        execution._COMPARED.clear()
+        return execution._cache_problems(str(cache), str(tmp_path), None, None, "c")
+
+    assert problems_of_a_new_process() == [] and len(compiled) == 1
+    assert len(list((tmp_path / "cache" / "prereg" / execution.EQUAL_BYTECODE).rglob("*"))) == 2
+    assert problems_of_a_new_process() == [] and len(compiled) == 1
+    stat = source.stat()
+    planted = compile("VALUE = 2\n", str(source), "exec", dont_inherit=True)
+    pyc.write_bytes(_code_to_timestamp_pyc(planted, int(stat.st_mtime), stat.st_size))
+    assert problems_of_a_new_process() and len(compiled) == 2
+    assert problems_of_a_new_process() and len(compiled) == 3  # a refusal is never kept
+    data, text = pyc.read_bytes(), source.read_bytes()
+    keys = {execution._comparison_key(data, text, level, None) for level in (0, 1, 2)}
+    assert len(keys) == 3
+
+
 def test_a_pytest_rewritten_module_is_checked_against_pytests_own_rewrite(tmp_path):
     from _pytest.assertion import rewrite
 

@@ -50,7 +50,8 @@ Records and formats (what prereg's own protocols, :mod:`prereg.rp002a` and :mod:
     canonical JSON and hashes (:func:`write_json`, :func:`read_json`, :func:`canonical_json`,
     :func:`sha256_bytes`, :func:`sha256_file`), the ``.npz`` format :mod:`arrays`, the plan
     schema language (:func:`validate`, :class:`SchemaError`, :data:`PositiveInt`, ...),
-    :mod:`registry` (entry points), :class:`PeakScope` and :func:`head_commit`.
+    :mod:`registry` (entry points), :class:`PeakScope`, :func:`head_commit` and
+    :func:`user_cache_folder` (a folder of prereg's user cache for caches keyed by content).
 
 Importing this module loads none of prereg's decisions (gate, approval, audit), its pytest
 runtime or its commands. ``api.ApprovalError`` still resolves, with a DeprecationWarning,
@@ -94,6 +95,7 @@ from prereg.base.typed_settings import (
     parse_as,
     settings_parser,
 )
+from prereg.base.usercache import folder as user_cache_folder
 from prereg.kinds import registry
 from prereg.kinds.context import BudgetExceeded, ItemContext
 from prereg.kinds.helpers import (
@@ -196,6 +198,7 @@ __all__ = [
     "summarise_items",
     "torch_generator",
     "torch_seeded",
+    "user_cache_folder",
     "validate",
     "validate_stage",
     "write_json",

@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import unquote, urlparse
 
-from prereg.base import gitrepo
+from prereg.base import gitrepo, usercache
 from prereg.base.hashing import sha256_file, status_proof
 from prereg.evidence import imports
 from prereg.evidence.hermetic import (
@@ -690,7 +690,9 @@ def _python_folders(checkout: Checkout) -> set[str]:
 
 
 def _pytest_rewriter(plugins: list[tuple[str, object]]):
-    """(pyc tail, rewrite(source path) -> code) of the loaded pytest, or None."""
+    """(pyc tail, rewrite(source path) -> code) of the loaded pytest, or None. The function's
+    ``identity`` names what its code depends on beside the source: pytest's version (in the
+    tail) and the one setting the rewrite reads (``enable_assertion_pass_hook``)."""
     rewrite = sys.modules.get("_pytest.assertion.rewrite")
     if rewrite is None:
         return None
@@ -699,6 +701,8 @@ def _pytest_rewriter(plugins: list[tuple[str, object]]):
     def code(source: Path) -> types.CodeType:
         return rewrite._rewrite_test(source, config)[1]
 
+    hook = config.getini("enable_assertion_pass_hook") if config is not None else False
+    code.identity = f"{rewrite.PYC_TAIL} enable_assertion_pass_hook={bool(hook)}"
     return rewrite.PYC_TAIL, code
 
 
@@ -726,19 +730,54 @@ def _pyc_problem(pyc: str, source: str, optimize: int, rewrite) -> str | None:
         size = int.from_bytes(data[12:16], "little")
         if mtime != int(stat.st_mtime) & 0xFFFFFFFF or size != stat.st_size & 0xFFFFFFFF:
             return None
-    key = (
-        source, optimize, rewrite is not None,
-        hashlib.sha256(data).digest(), hashlib.sha256(source_bytes).digest(),
-    )  # fmt: skip
+    key = _comparison_key(data, source_bytes, optimize, rewrite)
     if key not in _COMPARED:
-        _COMPARED[key] = _compiled_problem(data, source, source_bytes, optimize, rewrite)
+        _COMPARED[key] = _remembered_problem(key, data, source, source_bytes, optimize, rewrite)
     return _COMPARED[key]
 
 
 # The outcome of each comparison of bytecode with its source in this process, keyed by both
 # contents: the gate, the collection-time check and the end-of-run check compare the same
 # files, and equal bytes compile to equal code.
-_COMPARED: dict[tuple, str | None] = {}
+_COMPARED: dict[str, str | None] = {}
+# Comparisons that found bytecode equal to its source's compilation, kept across processes
+# and runs in prereg's user cache (prereg.base.usercache): one empty file per comparison,
+# named by its key (_comparison_key). The session and each worker of every run load the
+# same installed pytest and the same editable checkout: each pair is compiled once per
+# machine, not once per process. A changed or planted file has another key, so it is
+# compared again. Who can write the user's cache can write an installed package's
+# bytecode too, which no run compares (numpy's, torch's): docs/explanation/threat-model.md.
+EQUAL_BYTECODE = "bytecode-equal"
+
+
+def _comparison_key(data: bytes, source_bytes: bytes, optimize: int, rewrite) -> str:
+    """The SHA-256 of what a comparison's outcome depends on: both files' bytes, the
+    interpreter (its bytecode magic and version), the optimisation level and, for a test
+    module, pytest's rewrite (:func:`_pytest_rewriter`)."""
+    parts = (
+        importlib.util.MAGIC_NUMBER.hex(), sys.version, sys.implementation.cache_tag,
+        str(optimize), getattr(rewrite, "identity", "") if rewrite is not None else "-",
+        hashlib.sha256(data).hexdigest(), hashlib.sha256(source_bytes).hexdigest(),
+    )  # fmt: skip
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _remembered_problem(
+    key: str, data: bytes, source: str, source_bytes: bytes, optimize: int, rewrite
+) -> str | None:
+    """:func:`_compiled_problem`, or None at once when an earlier process found these bytes
+    equal (:data:`EQUAL_BYTECODE`); a new finding of equality is kept for later ones."""
+    marker = usercache.folder(EQUAL_BYTECODE, key[:2], key)
+    if marker.is_file():
+        return None
+    why = _compiled_problem(data, source, source_bytes, optimize, rewrite)
+    if why is None:
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError:
+            pass  # a read-only cache: the next process compares again
+    return why
 
 
 def _compiled_problem(

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import torch
 
+from prereg.api import user_cache_folder
+
 __all__ = [
     "EXTENSION_NAME",
     "KernelInfo",
@@ -185,8 +187,7 @@ def build_root(environ: Mapping[str, str] | None = None) -> Path:
     explicit = environ.get("PREREG_TORCH_EXTENSIONS_DIR")
     if explicit:
         return Path(explicit).expanduser()
-    cache = environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
-    return Path(cache) / "prereg" / "torch_extensions"
+    return user_cache_folder("torch_extensions", environ=environ)
 
 
 def build_directory(key: str, environ: Mapping[str, str] | None = None) -> Path:
