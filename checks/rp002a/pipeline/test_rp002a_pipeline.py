@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 
 import pytest
 
+from prereg.api import RunFolder, RunLayout, load_plan
+from prereg.base import gitrepo
 from prereg.base.hashing import sha256_file, write_json
 from prereg.decisions.audit import AuditResult, audit_run_cached
 from prereg.records import ledger, verdicts
-from support.rp002a_clone import prereg, rename_tests, run_pipeline, scratch_clone, steps, tiny_plan
+from prereg.rp002a import calibration_stage, config_stage, confirmatory_stage
+from support.rp002a_clone import (
+    TINY,
+    prereg,
+    rename_tests,
+    run_pipeline,
+    scratch_clone,
+    steps,
+    tiny_plan,
+)
 
 pytestmark = [pytest.mark.software, pytest.mark.slow]
 
@@ -133,22 +145,43 @@ def test_serial_and_two_workers_train_to_identical_bytes(tiny_pipeline, tmp_path
     assert files(ours) == files(theirs)
 
 
-def test_the_confirmatory_stage_refuses_when_the_rule_allows_no_confirmation(tmp_path):
-    plan = tiny_plan(minimum_n=1000)  # no candidate count can be eligible
-    clone = scratch_clone(tmp_path, plan)
-    root = run_pipeline(clone, steps("calibration", "target-variance", "confirmatory-config"))
-    config = json.loads((root / "plans/CONFIRMATORY_CONFIG.json").read_text())
-    assert config["branch"] == "no-eligible-count" and config["n"] is None
-    done = prereg(
-        root,
-        "approve",
-        "--stage",
-        "confirmatory",
-        "--run-id",
-        "confirmatory-20261130-001",
-        "--plan",
-        "plans/demo/TINY_PLAN.json",
-        "--accept-deviations",
+def test_the_confirmatory_stage_refuses_when_the_rule_allows_no_confirmation(
+    tiny_pipeline, tmp_path
+):
+    """On calibration facts where no candidate count is eligible (the tiny pipeline's own
+    calibration run, copied, its summary saying so), the frozen rule derives the branch
+    no-eligible-count, and the confirmatory stage's gate check (run by prereg approve and by
+    the gate) refuses that configuration. The rule's branches are checked on their own in
+    checks/rp002a/stats/test_stats_planning.py."""
+    by_stage = runs(tiny_pipeline)
+    calibration = tmp_path / "runs" / by_stage["calibration"].name
+    shutil.copytree(by_stage["calibration"], calibration)
+    summary_path = RunFolder(calibration).summary_dir / calibration_stage.SUMMARY
+    summary = json.loads(summary_path.read_text())
+    for row in summary["eligibility_by_n"]:
+        row["eligible"] = False
+    write_json(summary_path, summary)
+    plan = load_plan(tiny_pipeline / TINY)
+    settings = config_stage.settings_of(plan.data)
+    config = config_stage.derive_config(
+        settings,
+        {"calibration": calibration, "target-variance": by_stage["target-variance"]},
+        source_commit=gitrepo.head_commit(tiny_pipeline),
+        root=tiny_pipeline,
     )
-    assert done.returncode == 2
-    assert "no confirmation" in done.stderr and "no-eligible-count" in done.stderr
+    assert (config["branch"], config["n"], config["confirmation_allowed"]) == (
+        "no-eligible-count",
+        None,
+        False,
+    )
+    derived_by = "confirmatory-config-20261130-009"
+    for path in (
+        config_stage.output_path(tmp_path, settings),
+        RunLayout(tmp_path, derived_by).summary_dir / config_stage.CONFIG,
+    ):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, config)
+    approval = {"requires": {config_stage.STAGE: {"run_id": derived_by}}}
+    refused = confirmatory_stage.gate_check(tmp_path, plan, "confirmatory", approval)
+    assert len(refused) == 1, refused
+    assert "no confirmation" in refused[0] and "no-eligible-count" in refused[0]
