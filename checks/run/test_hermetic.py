@@ -61,25 +61,27 @@ def test_cell(cell, research, pytestconfig):
         "home": str(Path.home()),
         "tmp": __import__("tempfile").gettempdir(),
     }))
-    bad = research.parameters["misbehave"]
-    if cell == bad["cell"] and bad["how"] == "edit-snapshot":
+    how = research.parameters["misbehave"].get(str(cell))
+    if how == "edit-snapshot":
         mine = Path(__file__)
         mine.chmod(0o644)
         with mine.open("a") as handle:
             handle.write("# appended during the run\\n")
-    if cell == bad["cell"] and bad["how"] == "breakpoint":
+    if how == "breakpoint":
         breakpoint()
-    if cell == bad["cell"] and bad["how"] == "pdb":
+    if how == "pdb":
         import pdb
         pdb.set_trace()
-    if cell == bad["cell"] and bad["how"] == "Pdb":
+    if how == "Pdb":
         import pdb
         pdb.Pdb().runcall(print, "typed at a prompt")
 """
 
 
-def _probe_repo(root: Path, how: str = "none"):
-    spec = stage_spec("toy", parameters={"cells": 2, "misbehave": {"cell": 1, "how": how}})
+def _probe_repo(root: Path, misbehave: dict[int, str] | None = None, cells: int = 2):
+    """The probe stage of ``cells`` items; item ``c`` misbehaves as ``misbehave[c]`` says."""
+    hows = {str(cell): how for cell, how in (misbehave or {}).items()}
+    spec = stage_spec("toy", parameters={"cells": cells, "misbehave": hows})
     toy = make_toy_repo(root, {"toy": spec})
     (root / spec["module"]).write_text(PROBE)
     toy.commit("Probe stage")
@@ -154,7 +156,7 @@ def test_a_session_not_started_from_a_snapshot_is_refused(tmp_path):
 
 
 def test_a_snapshot_changed_during_the_run_ends_it_incomplete_and_is_an_audit_finding(tmp_path):
-    toy = _probe_repo(tmp_path / "p", how="edit-snapshot")
+    toy = _probe_repo(tmp_path / "p", {1: "edit-snapshot"})
     done = toy.pytest("--research-stage=toy")
     assert done.returncode == 1, done.stdout + done.stderr
     manifest = toy.manifest(RUN)
@@ -226,13 +228,15 @@ def test_a_module_swapped_in_the_snapshot_between_its_proof_and_its_import_is_re
     assert not ledger.is_spent(toy.root, RUN)
 
 
+DEBUGGERS = {1: "breakpoint", 2: "pdb", 3: "Pdb"}  # item -> the debugger entry it calls
+
+
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "two-workers"])
-@pytest.mark.parametrize("how", ["breakpoint", "pdb", "Pdb"])
-def test_every_debugger_entry_in_an_item_refuses_and_reads_no_pdbrc(tmp_path, how, workers):
+def test_every_debugger_entry_in_an_item_refuses_and_reads_no_pdbrc(tmp_path, workers):
     """breakpoint(), pdb.set_trace() and a Pdb run by hand refuse, in the session and in
-    each worker; the user's ~/.pdbrc, whose commands would have replaced the results, is
-    never read (the run has a home of its own)."""
-    toy = _probe_repo(tmp_path / "p", how=how)
+    the workers, each in an item of its own; the user's ~/.pdbrc, whose commands would have
+    replaced the results, is never read (the run has a home of its own)."""
+    toy = _probe_repo(tmp_path / "p", DEBUGGERS, cells=1 + len(DEBUGGERS))
     home = tmp_path / "home"
     home.mkdir()
     marker = tmp_path / "pdbrc-ran"
@@ -241,9 +245,15 @@ def test_every_debugger_entry_in_an_item_refuses_and_reads_no_pdbrc(tmp_path, ho
     )
     done = toy.pytest("--research-stage=toy", *workers, env={"HOME": str(home)})
     assert done.returncode == 1, done.stdout + done.stderr
-    assert hermetic.DEBUGGER_REFUSED in done.stdout, done.stdout
     failed = [i for i in toy.manifest(RUN)["items"] if i["outcome"] != "passed"]
-    assert [i["nodeid"] for i in failed] == ["experiments/test_toy.py::test_cell[cell1]"]
+    assert sorted(i["nodeid"] for i in failed) == [
+        f"experiments/test_toy.py::test_cell[cell{cell}]" for cell in sorted(DEBUGGERS)
+    ]
+    # pytest's report of each failed item, up to the next one's header
+    reports = done.stdout.split(" test_cell[cell")[1:]
+    for cell in DEBUGGERS:
+        (report,) = [r for r in reports if r.startswith(f"{cell}] _")]
+        assert hermetic.DEBUGGER_REFUSED in report, report
     assert not marker.exists()
 
 
