@@ -55,17 +55,17 @@ def verifiers(toy, card) -> tuple[subprocess.CompletedProcess, subprocess.Comple
     return ours, theirs
 
 
-def forge(toy, key: Path, edit=None) -> None:
-    """The signed-audit ref moved to a summary committed with ``key`` (``edit`` applied to
-    the summary first)."""
+def forge(toy, key: Path, edit=None, *, run_id: str = RUN) -> str:
+    """The signed-audit ref of ``run_id`` moved to a summary of RUN committed with ``key``
+    (``edit`` applied to the summary first); the commit."""
     source = json.loads(toy.layout(RUN).start.read_text())["source_commit"]
     statement = vsa.summary(
         toy.root, toy.run_dir(RUN), clean=True, replayed=False, package_sha256="0" * 64
     )
     if edit is not None:
         edit(statement)
-    toy.git("update-ref", "-d", ledger.signed_audit_ref(RUN))
-    vsa.commit(toy.root, RUN, source, statement, key)
+    toy.git("update-ref", "-d", ledger.signed_audit_ref(run_id))
+    return vsa.commit(toy.root, run_id, source, statement, key)
 
 
 def refused(toy, card, fragment: str) -> None:
@@ -152,3 +152,23 @@ def test_a_summary_edited_after_signing_is_refused(run):
     ).stdout.decode().strip()  # fmt: skip
     toy.git("update-ref", ref, made)
     refused(toy, card, "is not signed by an auditor")
+
+
+def test_audit_no_replay_sign_is_refused_before_anything_is_signed(run):
+    toy, keys, _ = run
+    done = toy.prereg(
+        "audit", f"runs/{RUN}", "--no-replay", "--sign", "--signing-key", str(keys["auditor"])
+    )
+    assert done.returncode == 2 and "drop --no-replay" in done.stderr, done.stderr
+    assert "audit of" not in done.stdout  # refused before auditing
+    assert vsa.signed_audit(toy.root, RUN) is None
+
+
+def test_a_signed_audit_ref_at_another_runs_audit_commit_is_refused_not_an_error(run):
+    """The run's signed-audit ref moved to an auditor's commit that adds another run's
+    summary file: both verifiers refuse it (prereg verify exits 1, naming the file it
+    lacks), neither stops on git's error."""
+    toy, keys, card = run
+    other = forge(toy, keys["auditor"], run_id="toy-20261206-002")
+    toy.git("update-ref", ledger.signed_audit_ref(RUN), other)
+    refused(toy, card, f"{signed_audit_record(RUN)} at {other[:12]} is not a verification summary")

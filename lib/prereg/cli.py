@@ -216,6 +216,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from prereg.decisions.audit import COULD_NOT_AUDIT, audit_run, describe_extensions
     from prereg.kinds.stages import use_project_code
 
+    if args.sign and args.no_replay:
+        print(
+            "prereg audit: refused: --sign records an auditor's signed audit, which a dependent "
+            "stage's gate, the report and prereg verify --require-audit take as a replay of the "
+            "stage: drop --no-replay",
+            file=sys.stderr,
+        )
+        return 2
     run_dir = Path(args.run_dir).absolute()
     if args.repo:
         root = Path(args.repo).absolute()

@@ -152,7 +152,7 @@ def problems(root: Path, run_id: str, attestation: bytes, trusted: str) -> tuple
         attested = predicate["inputAttestations"][0]["digest"]["sha256"]
         result = predicate["verificationResult"]
         resource = predicate["resourceUri"]
-    except (ValueError, KeyError, IndexError, TypeError):
+    except (ValueError, KeyError, IndexError, TypeError, gitrepo.GitError):
         return [*wrong, f"{rel} at {found[:12]} is not a verification summary"], ""
     if vsa.get("predicateType") != VSA:
         wrong.append(f"{rel}'s predicateType is not {VSA}")
