@@ -101,9 +101,18 @@ install_chromium() {
 }
 install_chromium /usr/bin/chromium
 
+# An editable install leaves prereg's modules uncompiled, as pip leaves nothing else: where
+# no bytecode is written (PYTHONDONTWRITEBYTECODE, and always in a hermetic session, python
+# -B) every process would compile them at every start. A session compares each pyc with
+# its source once per machine (prereg.evidence.execution, EQUAL_BYTECODE).
+compile_checkout() {
+  "$py" -m compileall -q lib
+}
+
 if [ "$pinned" = 0 ]; then
   "$py" -m pip install --quiet torch==2.13.0
   "$py" -m pip install --quiet -c constraints/main.txt -e '.[training,e04,sign,test,dev]'
+  compile_checkout
   "$py" -c "import prereg, torch, faiss, bm25s, tree_sitter_go, lmstudio; print('prereg installed in $venv (torch', torch.__version__ + ')')"
   "$py" -m prereg.rp002a.gru_kernel --build  # compiles the "compiled" GRU kernel (C++, needs CXX or c++)
   install_examples
@@ -136,6 +145,7 @@ else
 fi
 if [ ${#extras[@]} -gt 0 ]; then
   "$py" -m pip install --quiet -c constraints/pinned.txt -e ".[$(IFS=,; echo "${extras[*]}")]"
+compile_checkout
 fi
 if [ "$here_python" != "$pin_python" ]; then
   unmet+=("Python $pin_python: this venv has $here_python (the patch release differs; pyenv or python.org offer $pin_python, point PYTHON at it)")

@@ -94,3 +94,41 @@ def test_hypothesis_is_a_dependency_of_the_checks_only():
     hypothesis = [r for r in requirements if r.name == "hypothesis"]
     assert hypothesis, "prereg's own checks need hypothesis (the test extra)"
     assert all(r.marker is not None and 'extra == "test"' in str(r.marker) for r in hypothesis)
+
+
+LOADERS = """
+import json, os, sys
+import prereg.runtime.process_run
+
+def test_which_loader(request):
+    assert 2 * 2 == 4
+    with open(os.path.join({out!r}, "loaders.json"), "w") as f:
+        json.dump({{
+            name: type(sys.modules[name].__loader__).__name__
+            for name in ("prereg.runtime.process_run", "prereg.decisions.gate", __name__)
+        }}, f)
+"""
+
+
+def test_pytest_rewrites_the_projects_tests_but_not_prereg_s_own_modules(tmp_path):
+    """prereg's distribution declares a pytest11 entry point, so pytest would parse and
+    rewrite every module of prereg that a process imports (in every process, where no
+    bytecode is written); the plugin takes prereg off that list as it loads, and the
+    project's own test modules are rewritten as before."""
+    project, out = tmp_path / "p", tmp_path / "out"
+    project.mkdir()
+    out.mkdir()
+    (project / "pytest.ini").write_text("[pytest]\n")
+    (project / "test_loaders.py").write_text(textwrap.dedent(LOADERS.format(out=str(out))))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=project,
+        env={**outer_environment(), "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    loaders = json.loads((out / "loaders.json").read_text())
+    assert loaders.pop("test_loaders") == "AssertionRewritingHook"
+    assert "AssertionRewritingHook" not in loaders.values(), loaders

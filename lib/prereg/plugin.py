@@ -72,6 +72,8 @@ def __getattr__(name: str) -> Any:
 
 RESEARCH = pytest.StashKey[bool]()  # this process's role (roles.has_research_role)
 
+roles.leave_unrewritten()  # before anything else of prereg loads
+
 
 def _research(config: pytest.Config) -> bool:
     return config.stash.get(RESEARCH, False)

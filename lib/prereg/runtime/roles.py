@@ -15,6 +15,7 @@ marked ``research_stage``.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -167,3 +168,19 @@ def deselect_research_items(config: pytest.Config, items: list[pytest.Item]) -> 
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def leave_unrewritten(package: str = "prereg") -> None:
+    """Take ``package`` off the modules pytest's assertion rewriter rewrites from now on.
+
+    pytest marks every module of a distribution that declares a ``pytest11`` entry point,
+    so that a plugin's own assertions explain themselves; prereg's modules hold none a user
+    reads. Rewritten, each module of the runtime is parsed and rewritten in every process
+    that has no rewritten bytecode of it: all of them, where bytecode is not written
+    (``PYTHONDONTWRITEBYTECODE``, a read-only install). The mark is pytest's own set
+    (``AssertionRewritingHook._must_rewrite``); a pytest without it leaves things as they
+    were, which ``checks/run/test_thin_plugin.py`` notices."""
+    for finder in sys.meta_path:
+        marked = getattr(finder, "_must_rewrite", None)
+        if isinstance(marked, set):
+            marked.discard(package)
