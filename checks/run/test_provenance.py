@@ -73,3 +73,53 @@ def test_a_version_pin_on_an_absent_package_is_a_deviation_named_as_not_installe
     assert provenance.deviations({"torch": provenance.NOT_INSTALLED}, {"torch": "2.13.0"}) == [
         {"field": "torch", "pinned": "not installed", "actual": "2.13.0"}
     ]
+
+
+@pytest.mark.skipif(
+    sys.version_info < (3, 10), reason="importlib has packages_distributions from 3.10"
+)
+def test_imported_packages_are_importlibs_distributions_with_their_versions():
+    """One pass over the metadata gives what importlib.metadata's packages_distributions and
+    version give for every module this process imported (numpy, scipy, pytest, hypothesis,
+    prereg's editable install among them)."""
+    import importlib.metadata
+
+    top = {name.split(".")[0] for name in list(sys.modules)}
+    expected: dict[str, str] = {}
+    mapping = importlib.metadata.packages_distributions()
+    for module in sorted(top):
+        for dist in mapping.get(module, ()):
+            expected[dist] = importlib.metadata.version(dist)
+    found = provenance.imported_packages()
+    assert list(found.items()) == list(expected.items())
+    assert {"numpy", "pytest", "prereg"} <= set(found)
+
+
+@given(
+    st.lists(
+        st.sampled_from(["pkg", "pkg/sub", "mod.py", "ext.so", "data.txt", ".", "..", "", "a.b"]),
+        min_size=1,
+        max_size=4,
+    ).map("/".join)
+)
+def test_a_distributions_top_level_names_follow_importlibs_rule_for_any_recorded_path(path):
+    """The names read from a RECORD row as text are those importlib.metadata infers from
+    the row's PackagePath, whatever the row holds."""
+    import importlib.metadata
+
+    class Dist(importlib.metadata.Distribution):
+        def read_text(self, filename):
+            return f"{path},,\n" if filename == "RECORD" else None
+
+        def locate_file(self, name):
+            return name
+
+    dist = Dist()
+    expected = {
+        part.parts[0]
+        if len(part.parts) > 1
+        else __import__("inspect").getmodulename(str(part)) or str(part)
+        for part in dist.files
+        if part.parts
+    }
+    assert provenance._top_level_names(dist) == sorted(n for n in expected if "." not in n)

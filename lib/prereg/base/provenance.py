@@ -9,9 +9,13 @@ KiB on Linux, bytes on macOS), and the record says so in ``peak_rss_scope``.
 
 from __future__ import annotations
 
+import csv
+import email.message
 import importlib.metadata
+import inspect
 import os
 import platform
+import re
 import resource
 import sys
 
@@ -89,33 +93,69 @@ def pin_form(value):
     return NOT_INSTALLED if value is None else value
 
 
-def _packages_distributions() -> dict[str, list[str]]:
-    """``importlib.metadata.packages_distributions`` (Python >= 3.10; its rule, here on 3.9)."""
-    if hasattr(importlib.metadata, "packages_distributions"):
-        return importlib.metadata.packages_distributions()
-    mapping: dict[str, list[str]] = {}
-    for dist in importlib.metadata.distributions():
-        top = (dist.read_text("top_level.txt") or "").split() or {
-            f.parts[0] if len(f.parts) > 1 else f.with_suffix("").name
-            for f in dist.files or ()
-            if f.suffix == ".py"
-        }
-        for module in top:
-            mapping.setdefault(module, []).append(dist.metadata["Name"])
-    return mapping
+def metadata_headers(dist: importlib.metadata.Distribution) -> email.message.Message:
+    """The header fields of ``dist``'s core metadata (``METADATA``, ``PKG-INFO``), read as
+    :attr:`importlib.metadata.Distribution.metadata` reads them but without the body (a long
+    description can be most of the file): one parse gives both ``Name`` and ``Version``."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or dist.read_text("") or ""
+    headers = re.split(r"\r?\n\r?\n", text, maxsplit=1)[0]
+    return email.message_from_string(headers + "\n")
+
+
+def _top_level_names(dist: importlib.metadata.Distribution) -> list[str]:
+    """The top-level modules ``dist`` provides, by ``importlib.metadata.packages_distributions``'
+    rule: its ``top_level.txt``, else the first part of each file it records that lies in a
+    folder, and the module name of each top-level file, without names holding a dot. The
+    RECORD is read as text (no path object per row: numpy's and scipy's have thousands)."""
+    declared = (dist.read_text("top_level.txt") or "").split()
+    if declared:
+        return declared
+    record = dist.read_text("RECORD")
+    if record is None:  # an egg-info: installed-files.txt or SOURCES.txt, as dist.files reads
+        paths = [str(f) for f in dist.files or ()]
+    else:
+        paths = [row[0] for row in csv.reader(record.splitlines()) if row]
+    names = set()
+    for path in paths:
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        if path.startswith("/"):  # a root, as PurePosixPath parts it ("//" is its own)
+            parts.insert(0, "//" if path.startswith("//") and path[2:3] != "/" else "/")
+        if not parts:
+            continue
+        name = parts[0] if len(parts) > 1 else inspect.getmodulename(parts[0]) or parts[0]
+        if "." not in name:
+            names.add(name)
+    return sorted(names)
 
 
 def imported_packages() -> dict[str, str]:
-    """Distributions whose top-level modules are imported in this process, with versions."""
+    """Distributions whose top-level modules are imported in this process, with versions:
+    the version of the first distribution of each name on ``sys.path``, as
+    ``importlib.metadata.version`` finds it. One pass over the installed metadata."""
     top = {name.split(".")[0] for name in list(sys.modules)}
-    mapping = _packages_distributions()
+    provides: dict[str, list[str]] = {}
+    versions: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        headers = metadata_headers(dist)
+        name = headers.get("Name")
+        if name is None:
+            continue
+        versions.setdefault(normalised(name), headers.get("Version") or "")
+        for module in _top_level_names(dist):
+            if module in top:
+                provides.setdefault(module, []).append(name)
     found: dict[str, str] = {}
-    for module in sorted(top):
-        for dist in mapping.get(module, ()):
-            version = _version(dist)
+    for module in sorted(provides):
+        for dist_name in provides[module]:
+            version = versions.get(normalised(dist_name))
             if version:
-                found[dist] = version
+                found[dist_name] = version
     return found
+
+
+def normalised(name: str) -> str:
+    """A distribution's name as PEP 503 compares names: ``Foo_Bar.baz`` -> ``foo-bar-baz``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def set_thread_environment(threads: int) -> None:

@@ -38,20 +38,18 @@ use it alike.
 from __future__ import annotations
 
 import csv
-import email
-import email.message
 import hashlib
 import importlib.machinery
 import importlib.metadata
 import json
 import os
 import platform
-import re
 import sys
 from pathlib import Path
 
 from prereg import records
 from prereg.base.hashing import sha256_file
+from prereg.base.provenance import metadata_headers, normalised
 from prereg.evidence import execution
 
 # Files of a distribution's own .dist-info folder that record how it was installed: left out.
@@ -94,11 +92,6 @@ def entries_sha256(entries: list[tuple[str, str]]) -> str:
     return hashlib.sha256(listing.encode("utf-8")).hexdigest()
 
 
-def normalised(name: str) -> str:
-    """A distribution's name as PEP 503 compares names: ``Foo_Bar.baz`` -> ``foo-bar-baz``."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 # -- the lock --------------------------------------------------------------------------------
 
 
@@ -128,15 +121,6 @@ def customize_hashes(folders: list[str]) -> dict[str, str]:
         origin = getattr(spec, "origin", None)
         found[field] = sha256_file(origin) if origin and os.path.isfile(origin) else ""
     return found
-
-
-def metadata_headers(dist: importlib.metadata.Distribution) -> email.message.Message:
-    """The header fields of ``dist``'s core metadata (``METADATA``, ``PKG-INFO``), read as
-    :attr:`importlib.metadata.Distribution.metadata` reads them but without the body (a long
-    description can be most of the file): one parse gives both ``Name`` and ``Version``."""
-    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or dist.read_text("") or ""
-    headers = re.split(r"\r?\n\r?\n", text, maxsplit=1)[0]
-    return email.message_from_string(headers + "\n")
 
 
 def _distribution(dist: importlib.metadata.Distribution) -> tuple[str, dict]:
