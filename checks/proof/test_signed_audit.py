@@ -55,12 +55,18 @@ def verifiers(toy, card) -> tuple[subprocess.CompletedProcess, subprocess.Comple
     return ours, theirs
 
 
-def forge(toy, key: Path, edit=None, *, run_id: str = RUN) -> str:
+def forge(toy, key: Path, edit=None, *, run_id: str = RUN, replay_defined: bool = False) -> str:
     """The signed-audit ref of ``run_id`` moved to a summary of RUN committed with ``key``
-    (``edit`` applied to the summary first); the commit."""
+    (``edit`` applied to the summary first; by default the toy kind's: it has no replay);
+    the commit."""
     source = json.loads(toy.layout(RUN).start.read_text())["source_commit"]
     statement = vsa.summary(
-        toy.root, toy.run_dir(RUN), clean=True, replayed=False, package_sha256="0" * 64
+        toy.root,
+        toy.run_dir(RUN),
+        clean=True,
+        replayed=False,
+        package_sha256="0" * 64,
+        replay_defined=replay_defined,
     )
     if edit is not None:
         edit(statement)
@@ -152,6 +158,18 @@ def test_a_summary_edited_after_signing_is_refused(run):
     ).stdout.decode().strip()  # fmt: skip
     toy.git("update-ref", ref, made)
     refused(toy, card, "is not signed by an auditor")
+
+
+def test_a_summary_that_skipped_the_replay_is_refused_by_both(run):
+    """A hashes-only summary (what an audit with --no-replay found), signed by an auditor:
+    a dependent stage's gate and the report never take it as a replay, and neither does
+    --require-audit. The toy kind's own summary says its kind has no replay, and passes."""
+    toy, keys, card = run
+    forge(toy, keys["auditor"], replay_defined=True)
+    refused(toy, card, "an audit without its replay attests hashes only")
+    forge(toy, keys["auditor"])
+    ours, theirs = verifiers(toy, card)
+    assert ours.returncode == 0 and theirs.returncode == 0, ours.stdout + theirs.stderr
 
 
 def test_audit_no_replay_sign_is_refused_before_anything_is_signed(run):

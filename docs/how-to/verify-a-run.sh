@@ -190,7 +190,8 @@ for req in $(jq -r '.predicate.buildDefinition.resolvedDependencies[] | select((
 done
 # 12. With --require-audit: the signed audit git records is a commit on top of a commit of
 #     the history, adding exactly audits/<id>.vsa.json, signed by an auditor of its parent; the
-#     summary is of this attestation, for this run, PASSED.
+#     summary is of this attestation, for this run, PASSED, and replayed the stage (or says
+#     its kind has no replay).
 if [ "${4:-}" = --require-audit ]; then
   A=$(g rev-parse -q --verify "refs/prereg/runs/$id/signed-audit^{commit}") || refuse "no signed audit of $id"
   [ "$(g rev-list --parents -n 1 "$A" | wc -w)" -eq 2 ] || refuse "the audit commit has not one parent"
@@ -206,5 +207,7 @@ if [ "${4:-}" = --require-audit ]; then
     refuse "the signed audit summarises another attestation"
   case "$(jq -r .predicate.resourceUri "$tmp/vsa")" in */runs/"$id") ;; *) refuse "the signed audit is of another run" ;; esac
   [ "$(jq -r .predicate.verificationResult "$tmp/vsa")" = PASSED ] || refuse "the auditor did not pass the run"
+  jq -e '.predicate.verifiedLevels | arrays | index("PREREG_REPLAYED") or index("PREREG_KIND_HAS_NO_REPLAY")' \
+    "$tmp/vsa" > /dev/null || refuse "the signed audit did not replay the stage (hashes only)"
 fi
 echo "verified: $id"

@@ -280,6 +280,7 @@ def _sign_audit(root: Path, run_dir: Path, result, args: argparse.Namespace) -> 
             clean=not result.findings,
             replayed=result.replayed,
             package_sha256=code_identity()["package_sha256"],
+            replay_defined=result.replay_defined,
         )
         key = Path(args.signing_key).absolute() if args.signing_key else None
         made = vsa.commit(root, run_dir.name, source, statement, key)

@@ -37,6 +37,7 @@ class Replay:
     note: str
     findings: tuple[str, ...] = ()
     blockers: tuple[str, ...] = ()
+    defined: bool = True  # False: the stage kind defines no replay (hashes and records only)
 
 
 def request(root: Path, run_dir: Path, plan, stage: str, kind: str, items) -> dict:
@@ -86,7 +87,11 @@ def replay_run(root: Path, commit: str, run: dict) -> Replay:
             ),
         )
     if done.get("findings") is None:
-        return Replay(False, f"no replay: stage kind {kind!r} has none (hashes and records only)")
+        return Replay(
+            False,
+            f"no replay: stage kind {kind!r} has none (hashes and records only)",
+            defined=False,
+        )
     note = f"replayed (stage kind {kind!r}) with {code}"
     findings = list(done["findings"])
     if "failed" in done:

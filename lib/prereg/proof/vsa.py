@@ -33,16 +33,31 @@ VERIFIER_ID = "urn:prereg:verifier:audit:v1"
 POLICY_URI = "urn:prereg:policy:audit:v1"
 CLEAN_LEVEL = "PREREG_AUDIT_CLEAN"  # every record cross-checked, nothing found
 REPLAYED_LEVEL = "PREREG_REPLAYED"  # and the stage replayed to the same results
+NO_REPLAY_LEVEL = "PREREG_KIND_HAS_NO_REPLAY"  # or: the stage kind defines no replay
 
 
-def summary(root: Path, run_dir: Path, *, clean: bool, replayed: bool, package_sha256: str) -> dict:
-    """The verification summary of the run in ``run_dir`` as the audit found it."""
+def summary(
+    root: Path,
+    run_dir: Path,
+    *,
+    clean: bool,
+    replayed: bool,
+    package_sha256: str,
+    replay_defined: bool = True,
+) -> dict:
+    """The verification summary of the run in ``run_dir`` as the audit found it: levels
+    :data:`CLEAN_LEVEL` when clean, and :data:`REPLAYED_LEVEL` when the replay ran or
+    :data:`NO_REPLAY_LEVEL` when the stage kind defines none (``replay_defined``)."""
     run_dir = Path(run_dir)
     attestation = run_dir / ATTESTATION
     digest = {"sha256": hashlib.sha256(attestation.read_bytes()).hexdigest()}
     manifest = {"sha256": hashlib.sha256((run_dir / MANIFEST).read_bytes()).hexdigest()}
     source = json.loads((run_dir / START_RECORD).read_bytes())["source_commit"]
-    levels = [CLEAN_LEVEL, REPLAYED_LEVEL] if clean and replayed else [CLEAN_LEVEL] * clean
+    levels = [CLEAN_LEVEL] * clean
+    if clean and replayed:
+        levels.append(REPLAYED_LEVEL)
+    elif clean and not replay_defined:
+        levels.append(NO_REPLAY_LEVEL)
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "_type": STATEMENT_TYPE,
@@ -152,6 +167,7 @@ def problems(root: Path, run_id: str, attestation: bytes, trusted: str) -> tuple
         attested = predicate["inputAttestations"][0]["digest"]["sha256"]
         result = predicate["verificationResult"]
         resource = predicate["resourceUri"]
+        levels = predicate.get("verifiedLevels")
     except (ValueError, KeyError, IndexError, TypeError, gitrepo.GitError):
         return [*wrong, f"{rel} at {found[:12]} is not a verification summary"], ""
     if vsa.get("predicateType") != VSA:
@@ -162,4 +178,11 @@ def problems(root: Path, run_id: str, attestation: bytes, trusted: str) -> tuple
         wrong.append(f"{rel} is about {resource}, not run {run_id}")
     if result != "PASSED":
         wrong.append(f"{rel} says {result}: the auditor did not pass the run")
+    if not isinstance(levels, list) or not {REPLAYED_LEVEL, NO_REPLAY_LEVEL} & set(
+        map(str, levels)
+    ):
+        wrong.append(
+            f"{rel} does not say the stage was replayed ({REPLAYED_LEVEL}) nor that its kind "
+            f"has no replay ({NO_REPLAY_LEVEL}): an audit without its replay attests hashes only"
+        )
     return wrong, said

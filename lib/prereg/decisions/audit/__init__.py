@@ -79,13 +79,15 @@ class AuditResult(Sequence):
 
     Iterating, ``len`` and truth see :attr:`findings` followed by one sentence per
     blocker, so a caller that only asks "any problem?" treats "could not audit" as not
-    clean. ``replayed`` says whether the stage kind's replay ran in this audit.
+    clean. ``replayed`` says whether the stage kind's replay ran in this audit;
+    ``replay_defined`` is False when the run's stage kind defines none.
     """
 
     findings: tuple[str, ...] = ()
     blockers: tuple[str, ...] = ()
     replayed: bool = False
     replay_note: str = ""
+    replay_defined: bool = True
     status: str | None = None  # the status the manifest claims, when it could be read
     # The installed extensions the run's controller loaded (manifest environment.extensions):
     # group -> name -> origin; None when the manifest records none (or could not be read).
@@ -221,6 +223,7 @@ def audit_run(root: Path, run_dir: Path, *, replay: bool = True) -> AuditResult:
         blockers=tuple(blockers) + done.blockers,
         replayed=done.replayed,
         replay_note=done.note,
+        replay_defined=done.defined,
         status=(ev.manifest or {}).get("status"),
         extensions=extensions,
     )
