@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import importlib.metadata
+import inspect
 import sys
 
 import numpy as np
@@ -82,8 +84,6 @@ def test_imported_packages_are_importlibs_distributions_with_their_versions():
     """One pass over the metadata gives what importlib.metadata's packages_distributions and
     version give for every module this process imported (numpy, scipy, pytest, hypothesis,
     prereg's editable install among them)."""
-    import importlib.metadata
-
     top = {name.split(".")[0] for name in list(sys.modules)}
     expected: dict[str, str] = {}
     mapping = importlib.metadata.packages_distributions()
@@ -105,7 +105,6 @@ def test_imported_packages_are_importlibs_distributions_with_their_versions():
 def test_a_distributions_top_level_names_follow_importlibs_rule_for_any_recorded_path(path):
     """The names read from a RECORD row as text are those importlib.metadata infers from
     the row's PackagePath, whatever the row holds."""
-    import importlib.metadata
 
     class Dist(importlib.metadata.Distribution):
         def read_text(self, filename):
@@ -116,9 +115,7 @@ def test_a_distributions_top_level_names_follow_importlibs_rule_for_any_recorded
 
     dist = Dist()
     expected = {
-        part.parts[0]
-        if len(part.parts) > 1
-        else __import__("inspect").getmodulename(str(part)) or str(part)
+        part.parts[0] if len(part.parts) > 1 else inspect.getmodulename(str(part)) or str(part)
         for part in dist.files
         if part.parts
     }
