@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from prereg.proof import attest, dsse
+from prereg.proof import attest, dsse, verify
 from prereg.proof.witness import init
 from prereg.records import ledger
+from prereg.records.runs import RunFolder
 from support.toy import make_toy_repo, stage_spec
 
 pytestmark = [pytest.mark.software, pytest.mark.attack]
@@ -179,3 +180,18 @@ def test_a_symbolic_link_added_to_the_run_folder_is_refused_by_both_verifiers(wo
     assert ours.returncode == 1, ours.stdout + ours.stderr
     assert theirs.returncode == 1, theirs.stderr
     assert "summary.json in the run folder is not a regular file or folder" in theirs.stderr
+
+
+def test_a_witness_url_that_looks_like_an_option_is_refused_and_never_run(world, tmp_path):
+    """An approver's record naming the witness ``--upload-pack=PROGRAM``: git would run
+    PROGRAM on the verifier's machine if the url reached it as an option. prereg verify
+    refuses it by its form, as the plain commands do (``case "$url" in -*)``), and asks no
+    git: no program runs, and the verdict is a refusal, not "could not verify"."""
+    toy, _, _, _ = world
+    ran = tmp_path / "program-ran"
+    record = {"witness": {"url": f"--upload-pack=touch {ran}"}}
+    verdict = verify.Verdict(RUN)
+    verify._judge_witness(toy.root, RunFolder(toy.run_dir(RUN)), record, {}, verdict)
+    assert verdict.code == verify.REFUSED and not verdict.could_not, verdict
+    assert "looks like an option" in verdict.problems[0]
+    assert not ran.exists()

@@ -305,6 +305,9 @@ def _judge_witness(root, folder, record, card, verdict) -> None:
         return
     if not url:
         return
+    if url.startswith("-"):  # as the plain commands refuse it: never handed to git
+        verdict.problems.append(f"the witness url {ledger.shown_url(url)} looks like an option")
+        return
     found = witness_disagrees(root, url, run_id, folder.start.read_bytes())
     if found is None:
         verdict.could_not.append(f"the witness {ledger.shown_url(url)} cannot be asked")
