@@ -689,21 +689,29 @@ def _python_folders(checkout: Checkout) -> set[str]:
     return folders
 
 
+@dataclass(frozen=True)
+class _Rewrite:
+    """pytest's assertion rewrite of a test module's source, as the loaded pytest does it;
+    ``identity`` names what its code depends on beside the source: pytest's version (its
+    pyc tail) and the one setting the rewrite reads (``enable_assertion_pass_hook``)."""
+
+    module: types.ModuleType  # _pytest.assertion.rewrite
+    config: object
+    identity: str
+
+    def __call__(self, source: Path) -> types.CodeType:
+        return self.module._rewrite_test(source, self.config)[1]
+
+
 def _pytest_rewriter(plugins: list[tuple[str, object]]):
-    """(pyc tail, rewrite(source path) -> code) of the loaded pytest, or None. The function's
-    ``identity`` names what its code depends on beside the source: pytest's version (in the
-    tail) and the one setting the rewrite reads (``enable_assertion_pass_hook``)."""
+    """(pyc tail, :class:`_Rewrite`) of the loaded pytest, or None."""
     rewrite = sys.modules.get("_pytest.assertion.rewrite")
     if rewrite is None:
         return None
     config = dict(plugins).get("pytestconfig")
-
-    def code(source: Path) -> types.CodeType:
-        return rewrite._rewrite_test(source, config)[1]
-
     hook = config.getini("enable_assertion_pass_hook") if config is not None else False
-    code.identity = f"{rewrite.PYC_TAIL} enable_assertion_pass_hook={bool(hook)}"
-    return rewrite.PYC_TAIL, code
+    identity = f"{rewrite.PYC_TAIL} enable_assertion_pass_hook={bool(hook)}"
+    return rewrite.PYC_TAIL, _Rewrite(rewrite, config, identity)
 
 
 def _pyc_problem(pyc: str, source: str, optimize: int, rewrite) -> str | None:
@@ -756,7 +764,7 @@ def _comparison_key(data: bytes, source_bytes: bytes, optimize: int, rewrite) ->
     module, pytest's rewrite (:func:`_pytest_rewriter`)."""
     parts = (
         importlib.util.MAGIC_NUMBER.hex(), sys.version, sys.implementation.cache_tag,
-        str(optimize), getattr(rewrite, "identity", "") if rewrite is not None else "-",
+        str(optimize), rewrite.identity if rewrite is not None else "-",
         hashlib.sha256(data).hexdigest(), hashlib.sha256(source_bytes).hexdigest(),
     )  # fmt: skip
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
