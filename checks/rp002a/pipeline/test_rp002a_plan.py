@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,27 @@ def test_every_stage_of_the_plan_validates(path):
     plan = load_plan(CHECKOUT / path)
     for stage in plan.stages:
         validate_stage(plan, stage)
+
+
+VALIDATE_IN_A_FRESH_INTERPRETER = """
+import sys
+from prereg.kinds.plans import load_plan, validate_stage
+plan = load_plan(sys.argv[1])
+for stage in plan.stages:
+    validate_stage(plan, stage)
+print(sorted(name for name in sys.modules if name.split(".")[0] == "torch")[:3])
+"""
+
+
+def test_validating_every_stage_imports_no_torch():
+    """Approval, the gate, the audit and the report validate the plan; torch loads (about
+    two seconds and a thousand files for the execution check to account for) only in the
+    processes that train."""
+    done = subprocess.run(
+        [sys.executable, "-c", VALIDATE_IN_A_FRESH_INTERPRETER, str(CHECKOUT / PLANS[1])],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 def test_the_plan_records_the_exact_ideal_figures_it_is_tested_against():

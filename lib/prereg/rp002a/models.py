@@ -24,11 +24,10 @@ identical weights, whatever the global torch RNG state.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Union
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +35,15 @@ from torch import Tensor, nn
 
 from prereg.rp002a.fused_gru import FusedGRU
 from prereg.rp002a.gru_kernel import CompiledGRU  # builds/loads only when instantiated
+from prereg.rp002a.specs import (
+    SIZE_TYPES,
+    B1Sizes,
+    B2Sizes,
+    ModelSpecError,
+    Sizes,
+    model_kinds,
+    sizes_from_dict,
+)
 
 __all__ = [
     "GRU_IMPLEMENTATIONS",
@@ -50,93 +58,6 @@ __all__ = [
     "model_kinds",
     "sizes_from_dict",
 ]
-
-
-class ModelSpecError(ValueError):
-    """A model kind, size or implementation name is unknown or invalid."""
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ModelSpecError(f"{name} must be a positive int; got {value!r}")
-    return value
-
-
-@dataclasses.dataclass(frozen=True)
-class B1Sizes:
-    """Sizes of B1 (plan values in brackets).
-
-    Attributes
-    ----------
-    n_symbols : int
-        Observation alphabet, one-hot width [5: four states + erasure].
-    n_targets : int
-        Output classes [4].
-    window : int
-        Convolution kernel = observations seen, current included [8].
-    conv_channels : int
-        Channels of the causal convolution [64].
-    hidden_channels : int
-        Channels of the 1x1 hidden convolution [64].
-    """
-
-    n_symbols: int
-    n_targets: int
-    window: int
-    conv_channels: int
-    hidden_channels: int
-
-    def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            _positive_int(f"B1 sizes.{field.name}", getattr(self, field.name))
-
-
-@dataclasses.dataclass(frozen=True)
-class B2Sizes:
-    """Sizes of B2 (plan values in brackets).
-
-    Attributes
-    ----------
-    n_symbols : int
-        Observation alphabet, one-hot width [5].
-    n_targets : int
-        Output classes [4].
-    hidden : int
-        GRU hidden units [64].
-    """
-
-    n_symbols: int
-    n_targets: int
-    hidden: int
-
-    def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            _positive_int(f"B2 sizes.{field.name}", getattr(self, field.name))
-
-
-Sizes = Union[B1Sizes, B2Sizes]
-_SIZE_TYPES: dict[str, type] = {"B1": B1Sizes, "B2": B2Sizes}
-
-
-def sizes_from_dict(kind: str, values: Mapping[str, Any]) -> Sizes:
-    """Build the sizes dataclass of ``kind`` from a plan mapping.
-
-    Unknown and missing keys are refused by name (no defaults: every size is a
-    plan number).
-    """
-    size_type = _SIZE_TYPES.get(kind)
-    if size_type is None:
-        raise ModelSpecError(f"unknown model kind {kind!r}; expected one of {model_kinds()}")
-    if not isinstance(values, Mapping):
-        raise ModelSpecError(f"{kind} sizes must be a mapping; got {type(values).__name__}")
-    names = [f.name for f in dataclasses.fields(size_type)]
-    unknown = sorted(set(values) - set(names))
-    missing = [n for n in names if n not in values]
-    if unknown:
-        raise ModelSpecError(f"unknown {kind} size key(s) {unknown}; allowed keys are {names}")
-    if missing:
-        raise ModelSpecError(f"missing {kind} size key(s) {missing}; the plan must give them")
-    return size_type(**{n: values[n] for n in names})
 
 
 def _one_hot(observations: Tensor, n_symbols: int) -> Tensor:
@@ -234,11 +155,6 @@ def build_gru(implementation: str, input_size: int, hidden_size: int) -> nn.Modu
     return factory(input_size, hidden_size)
 
 
-def model_kinds() -> tuple[str, ...]:
-    """Model kinds :func:`build_model` knows: ``("B1", "B2")``."""
-    return tuple(_SIZE_TYPES)
-
-
 def initialise_parameters(model: nn.Module, generator: torch.Generator) -> None:
     """Redraw every parameter of ``model`` from ``generator``, in registration order.
 
@@ -318,13 +234,13 @@ def build_model(
     nn.Module
         ``WindowConvPredictor`` or ``RecurrentPredictor`` in float32, train mode.
     """
-    if kind not in _SIZE_TYPES:
+    if kind not in model_kinds():
         raise ModelSpecError(f"unknown model kind {kind!r}; expected one of {model_kinds()}")
     if isinstance(sizes, Mapping):
         sizes = sizes_from_dict(kind, sizes)
-    if not isinstance(sizes, _SIZE_TYPES[kind]):
+    if not isinstance(sizes, SIZE_TYPES[kind]):
         raise ModelSpecError(
-            f"{kind} needs {_SIZE_TYPES[kind].__name__}; got {type(sizes).__name__}"
+            f"{kind} needs {SIZE_TYPES[kind].__name__}; got {type(sizes).__name__}"
         )
     if kind == "B1":
         if implementation is not None:

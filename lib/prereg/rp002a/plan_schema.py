@@ -23,6 +23,7 @@ from prereg.api import (
     validate,
 )
 from prereg.rp002a.laws import law_registry
+from prereg.rp002a.specs import ModelSpecError, TrainConfig, sizes_from_dict
 
 CONTRAST = {
     "id": str,
@@ -113,9 +114,6 @@ def validate_shared(plan) -> None:
         schema = str if key == "averaging" else IDEAL_FIGURES
         validate(value, schema, source=str(plan.path), path=f"parameters.ideal_figures.{key}")
     _validate_models(shared, source)
-    # prereg.rp002a.training imports torch (the training extra, optional)
-    from prereg.rp002a.training import TrainConfig
-
     registry = law_registry()
     unordered = sorted(set(shared["worlds"]) - set(shared["world_order"]))
     if unordered:
@@ -155,9 +153,6 @@ def _models_fit_worlds(shared: dict, laws: dict, source: str) -> None:
 def _validate_models(shared: dict, source: str) -> None:
     """Each model's fields are the ones its kind reads: sizes for a learned model only, an
     implementation for B2 only; sizes by the kind's own names (unknown ones refused)."""
-    # prereg.rp002a.models imports torch (the training extra, optional)
-    from prereg.rp002a.models import ModelSpecError, sizes_from_dict
-
     learned = shared["learned_models"]
     for name in learned:
         if name not in shared["models"]:

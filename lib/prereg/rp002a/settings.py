@@ -31,6 +31,7 @@ from prereg.api import (
 )
 from prereg.rp002a.laws import law_registry
 from prereg.rp002a.plan_schema import SHARED, validate_shared
+from prereg.rp002a.specs import TrainConfig
 from prereg.rp002a.stats.laws import LAW_NAMES
 
 CALIBRATION = "calibration"
@@ -194,7 +195,7 @@ class SharedSettings:
     data: DataSizes
     models: Mapping[str, ModelSpec]
     learned_models: tuple[str, ...]
-    training: Any  # prereg.rp002a.training.TrainConfig
+    training: TrainConfig
     probability_clip: float  # parameters.training.probability_clip, as written
     flag_definitions: str  # parameters.training_notes.flags
     confidence_bins: int
@@ -205,9 +206,6 @@ class SharedSettings:
 
 def parse_shared(plan_data: dict, source: str) -> SharedSettings:
     """Every check of :func:`validate_shared`, then the parsed block."""
-    # prereg.rp002a.training imports torch (the training extra, optional)
-    from prereg.rp002a.training import TrainConfig
-
     validate_shared(_PlanView(plan_data, source))
     shared = plan_data["parameters"]
     notes = shared["training_notes"]

@@ -21,7 +21,6 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
 
 import numpy as np
 import torch
@@ -29,6 +28,7 @@ from torch import Tensor, nn
 
 from prereg.api import BudgetExceeded
 from prereg.rp002a.models import initialise_parameters
+from prereg.rp002a.specs import TrainConfig, TrainConfigError
 
 __all__ = [
     "BudgetExceeded",
@@ -51,10 +51,6 @@ __all__ = [
 ]
 
 
-class TrainConfigError(ValueError):
-    """A training configuration key or value is invalid."""
-
-
 class TrainInputError(ValueError):
     """Training or prediction data have the wrong dtype, shape or values."""
 
@@ -70,78 +66,6 @@ class NonFiniteLoss(RuntimeError):
         super().__init__(f"non-finite loss in epoch {epoch}; partial trace attached")
         self.trace = trace
         self.epoch = epoch
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """The training procedure's numbers; every field comes from the plan (no defaults).
-
-    Reference values (RP002A "Fresh target-size variance stage" and DESIGN.md)
-    are in brackets.
-    """
-
-    learning_rate: float  # Adam step size [1e-3]
-    adam_beta1: float  # Adam first-moment decay [0.9, torch default]
-    adam_beta2: float  # Adam second-moment decay [0.999, torch default]
-    adam_eps: float  # Adam denominator epsilon [1e-8, torch default]
-    batch_size: int  # training episodes per optimiser step [32]
-    grad_clip_norm: float  # max global L2 norm of all gradients, clip_grad_norm_ [1.0]
-    probability_clip: float  # loss = -log(max(p_target, clip)) [1e-8]
-    max_epochs: int  # epoch cap [300]
-    patience: int  # stop after this many epochs without a new validation minimum [20]
-    final_20_window: int  # "final-20" flag: selected epoch among the last this-many run [20]
-    final_five_window: int  # "final-five" flag: selected epoch among the last this-many [5]
-
-    def __post_init__(self) -> None:
-        for name in (
-            "batch_size",
-            "max_epochs",
-            "patience",
-            "final_20_window",
-            "final_five_window",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise TrainConfigError(f"TrainConfig.{name} must be a positive int; got {value!r}")
-        for name in ("learning_rate", "adam_eps", "grad_clip_norm"):
-            value = getattr(self, name)
-            if not _is_real(value) or not (0.0 < value < math.inf):
-                raise TrainConfigError(
-                    f"TrainConfig.{name} must be a finite float > 0; got {value!r}"
-                )
-        for name in ("adam_beta1", "adam_beta2"):
-            value = getattr(self, name)
-            if not _is_real(value) or not (0.0 <= value < 1.0):
-                raise TrainConfigError(f"TrainConfig.{name} must be in [0, 1); got {value!r}")
-        clip = self.probability_clip
-        if not _is_real(clip) or not (0.0 < clip < 1.0):
-            raise TrainConfigError(f"TrainConfig.probability_clip must be in (0, 1); got {clip!r}")
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> TrainConfig:
-        """Build from a plan mapping; unknown or missing keys are refused by name."""
-        if not isinstance(values, Mapping):
-            raise TrainConfigError(
-                f"training config must be a mapping; got {type(values).__name__}"
-            )
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(values) - set(names))
-        if unknown:
-            raise TrainConfigError(f"unknown training config key(s) {unknown}; allowed: {names}")
-        missing = [n for n in names if n not in values]
-        if missing:
-            raise TrainConfigError(
-                f"missing training config key(s) {missing}; the plan must state every value"
-            )
-        return cls(**{n: values[n] for n in names})
-
-    def to_dict(self) -> dict[str, Any]:
-        """Field name -> value, in declaration order (for manifests)."""
-        return dataclasses.asdict(self)
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclasses.dataclass(frozen=True)
