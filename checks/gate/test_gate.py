@@ -190,6 +190,50 @@ def test_a_deferred_check_runs_beside_the_caller_and_gives_its_problems_or_its_e
         Deferred(broken, name="check").wait()
 
 
+class _Interrupted(Exception):
+    pass
+
+
+def test_ctrl_c_reaches_a_session_waiting_for_its_deferred_check_whichever_thread_takes_it():
+    """The kernel hands a process's SIGINT to any of its threads that does not block it.
+    Taken by the check's thread, Python runs the handler only once the main thread runs
+    Python code again: the wait must come back to it, not block until the check ends (a
+    check that waits for a server would hold Ctrl-C for its whole timeout)."""
+    import signal
+    import sys
+    import threading
+    import time
+
+    from prereg.runtime.controller import Deferred
+
+    released, finished = threading.Event(), threading.Event()
+    main = threading.get_ident()
+
+    def main_thread_waits() -> bool:
+        frame = sys._current_frames().get(main)
+        return frame is not None and frame.f_code.co_name in ("join", "_wait_for_tstate_lock")
+
+    def check_that_takes_the_signal() -> list[str]:
+        while not main_thread_waits():  # the signal comes once the caller waits
+            time.sleep(0.01)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+        released.wait(60)  # a safety bound, far beyond the wait
+        finished.set()
+        return []
+
+    def interrupt(signum, frame):
+        raise _Interrupted(finished.is_set())
+
+    saved = signal.signal(signal.SIGINT, interrupt)
+    try:
+        with pytest.raises(_Interrupted) as interrupted:
+            Deferred(check_that_takes_the_signal, name="check").wait()
+        assert interrupted.value.args == (False,), "the interruption waited for the check to end"
+    finally:
+        released.set()
+        signal.signal(signal.SIGINT, saved)
+
+
 def test_every_gate_condition_names_the_audit_check_that_judges_it_again_or_why_none_can():
     import inspect
     import re

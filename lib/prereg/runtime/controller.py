@@ -36,6 +36,8 @@ from prereg.runtime.process_run import PROCESS_RUN, PROPERTY, ProcessRun
 from prereg.runtime.terminal import TerminalOutput
 from prereg.runtime.workers import XdistBridge, distributed
 
+JOIN_STEP_SECONDS = 0.1
+
 
 class Deferred:
     """A check run in a daemon thread while the session goes on; :meth:`wait` gives its
@@ -55,7 +57,10 @@ class Deferred:
             self._error = err
 
     def wait(self) -> list[str]:
-        self._thread.join()
+        # Joined in short steps: the kernel may hand Ctrl-C to the check's thread, and Python
+        # runs the handler only when the main thread runs Python code again.
+        while self._thread.is_alive():
+            self._thread.join(JOIN_STEP_SECONDS)
         if self._error is not None:
             raise self._error
         return self._result
