@@ -130,6 +130,7 @@ def site(tmp_path, monkeypatch):
     folder = (tmp_path / "site-packages").resolve()
     folder.mkdir()
     monkeypatch.setattr(execution, "site_dirs", lambda: [str(folder)])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))  # its kept readings
     return folder
 
 

@@ -98,6 +98,44 @@ def test_a_byte_identical_reinstall_from_another_copy_matches(tmp_path, site):
     assert registry.binding_problems(bound_extension) == []
 
 
+def test_a_reading_kept_for_later_processes_is_taken_only_while_the_metadata_is_unchanged(
+    tmp_path, site, monkeypatch
+):
+    """The installed distributions' reading is kept in prereg's user cache: a later process
+    (here: this one with its own memory cleared) takes it instead of parsing every RECORD,
+    and reads again when a metadata file changed, even rewritten in place with its size and
+    modification time restored, or when the kept file is damaged."""
+    from prereg.evidence import execution
+
+    _install_copy(tmp_path, site, "copy-a", "toylocked", "1.0", KIND, KIND_POINTS)
+    reads = []
+    parse = envlock._distributions
+    monkeypatch.setattr(envlock, "_distributions", lambda dirs: reads.append(1) or parse(dirs))
+
+    def lock_in_a_new_process() -> dict:
+        execution._READ_WHILE_UNCHANGED.clear()
+        return envlock.lock()
+
+    first = lock_in_a_new_process()
+    assert lock_in_a_new_process() == first and len(reads) == 1  # taken, not parsed again
+    record = site / "toylocked-1.0.dist-info" / "RECORD"
+    status = record.stat()
+    data = record.read_bytes()
+    at = data.index(b"toylocked_mod.py,sha256=") + len(b"toylocked_mod.py,sha256=")
+    other = b"A" if data[at : at + 1] != b"A" else b"B"
+    record.write_bytes(data[:at] + other + data[at + 1 :])  # one hash character, same size
+    os.utime(record, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert (record.stat().st_size, record.stat().st_mtime_ns) == (
+        status.st_size, status.st_mtime_ns
+    )  # fmt: skip
+    changed = lock_in_a_new_process()
+    assert len(reads) == 2 and changed != first  # the rewritten RECORD was read
+    kept = list((tmp_path / "user-cache" / "prereg" / execution.METADATA_READINGS).rglob("*"))
+    for path in (p for p in kept if p.is_file()):
+        path.write_bytes(b"damaged")
+    assert lock_in_a_new_process() == changed and len(reads) == 3  # damaged: read again
+
+
 def test_a_reinstall_with_one_changed_file_names_the_distribution_and_the_file(tmp_path, site):
     _install_copy(tmp_path, site, "copy-a", "toylocked", "1.0", KIND, KIND_POINTS)
     bound_lock, bound_extension = envlock.lock(), _bound_extension()

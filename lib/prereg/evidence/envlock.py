@@ -145,15 +145,22 @@ def lock(dirs: list[str] | None = None) -> dict:
     by default): ``{"python": {...}, "distributions": {name: {"version", "record_sha256",
     "files"[, "entries"]}}}``. Two metadata folders of one name (a stale ``.dist-info`` left
     beside the current one) are both kept, the later in sorted order keyed ``name (folder)``.
-    The distributions are read once per process while their metadata is unchanged
-    (:func:`prereg.evidence.execution.read_while_unchanged`): the gate's lock and the one the
-    manifest records at the run's end are one reading unless something was installed, removed
-    or rewritten in between."""
+    The distributions are read once while their metadata is unchanged
+    (:func:`prereg.evidence.execution.read_while_unchanged`, which keeps the reading in
+    prereg's user cache for later processes): the gate's lock and the one the manifest records
+    at the run's end are one reading unless something was installed, removed or rewritten in
+    between."""
     folders = dirs if dirs is not None else execution.site_dirs()
     distributions = execution.read_while_unchanged(
-        "environment-lock", folders, lambda: _distributions(folders)
+        "environment-lock", folders, lambda: _distributions(folders), decode=_kept_distributions
     )
     return {"python": python(), "distributions": dict(distributions)}
+
+
+def _kept_distributions(plain: object) -> dict[str, dict]:
+    if not (isinstance(plain, dict) and all(isinstance(v, dict) for v in plain.values())):
+        raise TypeError("not a kept reading of the distributions")
+    return plain
 
 
 def _distributions(folders: list[str]) -> dict[str, dict]:

@@ -187,19 +187,78 @@ def metadata_proof(dirs: list[str]) -> tuple:
     return tuple(proof)
 
 
-def read_while_unchanged(kind: str, dirs: list[str], read: Callable[[], _Read]) -> _Read:
-    """``read()`` of the distributions installed in ``dirs``, read once per process while
+# A reading of the installed distributions' metadata kept in prereg's user cache, named by
+# the SHA-256 of what it depends on (:func:`_kept_reading`): a later process whose
+# :func:`metadata_proof` is the same takes it instead of parsing every RECORD again.
+METADATA_READINGS = "metadata-read"
+_READING_CODE: dict[str, str] = {}
+
+
+def _reading_code(filename: str) -> str:
+    """The SHA-256 of the module that reads (and of this one), so a changed reader never
+    takes what an older one kept."""
+    if filename not in _READING_CODE:
+        digest = hashlib.sha256()
+        for path in (filename, __file__):
+            try:
+                digest.update(Path(path).read_bytes())
+            except OSError:
+                digest.update(os.urandom(16))  # unreadable: never found again
+        _READING_CODE[filename] = digest.hexdigest()
+    return _READING_CODE[filename]
+
+
+def _kept_reading(kind: str, dirs: list[str], proof: tuple, read: Callable) -> Path:
+    code = _reading_code(getattr(getattr(read, "__code__", None), "co_filename", "?"))
+    parts = repr((kind, tuple(dirs), proof, sys.version, marshal.version, code))
+    key = hashlib.sha256(parts.encode()).hexdigest()
+    return usercache.folder(METADATA_READINGS, key[:2], key)
+
+
+def _load_kept(path: Path, decode: Callable[[object], _Read]) -> _Read | None:
+    try:
+        return decode(marshal.loads(path.read_bytes()))
+    except (OSError, ValueError, EOFError, TypeError, KeyError, IndexError):
+        return None  # absent, unreadable or damaged: read again
+
+
+def _keep(path: Path, plain: object) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        partial.write_bytes(marshal.dumps(plain))
+        os.replace(partial, path)  # whole or absent, whatever ends this process
+    except (OSError, ValueError):
+        pass  # a read-only or full cache: the next process reads again
+
+
+def read_while_unchanged(
+    kind: str,
+    dirs: list[str],
+    read: Callable[[], _Read],
+    *,
+    encode: Callable[[_Read], object] = lambda value: value,
+    decode: Callable[[object], _Read] = lambda plain: plain,  # type: ignore[assignment,return-value]
+) -> _Read:
+    """``read()`` of the distributions installed in ``dirs``, read once while
     :func:`metadata_proof` stays the same: the gate and the run's end share one reading of
     every RECORD, and a distribution installed, removed or rewritten in between is read
-    again. The value is shared: callers do not change it."""
+    again. A reading is kept in prereg's user cache too (:data:`METADATA_READINGS`: ``encode``
+    gives its plain, marshal-able form, ``decode`` the value again), for the next process
+    that finds the same proof. The value is shared: callers do not change it."""
     key = (kind, tuple(dirs))
     proof = metadata_proof(dirs)
     held = _READ_WHILE_UNCHANGED.get(key)
     if held is not None and held[0] == proof:
         return held[1]  # type: ignore[return-value]
-    value = read()
-    if metadata_proof(dirs) == proof:  # nothing changed while it was read
-        _READ_WHILE_UNCHANGED[key] = (proof, value)
+    kept = _kept_reading(kind, dirs, proof, read)
+    value = _load_kept(kept, decode)
+    if value is None:
+        value = read()
+        if metadata_proof(dirs) != proof:  # something changed while it was read
+            return value
+        _keep(kept, encode(value))
+    _READ_WHILE_UNCHANGED[key] = (proof, value)
     return value
 
 
@@ -223,7 +282,22 @@ class Installed:
         """The distributions installed in ``dirs`` (the site-packages folders by default),
         read once per process while they are unchanged (:func:`read_while_unchanged`)."""
         folders = dirs if dirs is not None else site_dirs()
-        return read_while_unchanged("installed", folders, lambda: cls._read(folders))
+        return read_while_unchanged(
+            "installed",
+            folders,
+            lambda: cls._read(folders),
+            encode=lambda found: (found.files, found.owners, found.editable),
+            decode=cls._from_plain,
+        )
+
+    @classmethod
+    def _from_plain(cls, plain: object) -> Installed:
+        files, owners, editable = plain  # type: ignore[misc]
+        if not (
+            isinstance(files, dict) and isinstance(owners, list) and isinstance(editable, dict)
+        ):
+            raise TypeError("not a kept reading of the installed distributions")
+        return cls(files, owners, editable)
 
     @classmethod
     def _read(cls, dirs: list[str]) -> Installed:
