@@ -130,9 +130,13 @@ def test_a_reading_kept_for_later_processes_is_taken_only_while_the_metadata_is_
     )  # fmt: skip
     changed = lock_in_a_new_process()
     assert len(reads) == 2 and changed != first  # the rewritten RECORD was read
-    kept = list((tmp_path / "user-cache" / "prereg" / execution.METADATA_READINGS).rglob("*"))
-    for path in (p for p in kept if p.is_file()):
-        path.write_bytes(b"damaged")
+    kept = [
+        p
+        for p in (tmp_path / "user-cache" / "prereg" / execution.METADATA_READINGS).rglob("*")
+        if p.is_file()
+    ]
+    assert len(kept) == 1, kept  # the reading of the earlier RECORD was superseded
+    kept[0].write_bytes(b"damaged")
     assert lock_in_a_new_process() == changed and len(reads) == 3  # damaged: read again
 
 

@@ -209,10 +209,12 @@ def _reading_code(filename: str) -> str:
 
 
 def _kept_reading(kind: str, dirs: list[str], proof: tuple, read: Callable) -> Path:
+    """``metadata-read/<the folders' key>/<the proof's key>``: one folder per reading and
+    set of site folders, holding the latest reading only (:func:`_keep`)."""
+    where = hashlib.sha256(repr((kind, tuple(dirs), sys.version)).encode()).hexdigest()
     code = _reading_code(getattr(getattr(read, "__code__", None), "co_filename", "?"))
-    parts = repr((kind, tuple(dirs), proof, sys.version, marshal.version, code))
-    key = hashlib.sha256(parts.encode()).hexdigest()
-    return usercache.folder(METADATA_READINGS, key[:2], key)
+    parts = repr((proof, marshal.version, code))
+    return usercache.folder(METADATA_READINGS, where, hashlib.sha256(parts.encode()).hexdigest())
 
 
 def _load_kept(path: Path, decode: Callable[[object], _Read]) -> _Read | None:
@@ -228,6 +230,9 @@ def _keep(path: Path, plain: object) -> None:
         partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
         partial.write_bytes(marshal.dumps(plain))
         os.replace(partial, path)  # whole or absent, whatever ends this process
+        for older in path.parent.iterdir():  # superseded: those folders changed since
+            if older != path and not older.name.endswith(".partial"):
+                older.unlink(missing_ok=True)
     except (OSError, ValueError):
         pass  # a read-only or full cache: the next process reads again
 
