@@ -756,3 +756,21 @@ def test_a_shared_library_an_extension_loads_is_checked_against_its_record(tmp_p
     assert "differs from the RECORD of fakelib 1.0" in out["after"]
     judged = [line.split(" from ")[1].split(" ")[0] for line in out["judged"]]
     assert judged == ["fakelib.libs/libfake.so", "stray.so"]  # the replaced one, the stray one
+
+
+def test_a_path_is_resolved_again_once_it_names_another_file(tmp_path):
+    """Each loaded module's file is resolved at the gate, at collection and at the end; a
+    resolution is reused only while the path names the same file, so a symbolic link turned
+    towards other code in between is followed there."""
+    approved, other = tmp_path / "approved.py", tmp_path / "other.py"
+    approved.write_text("x = 1\n")
+    other.write_text("x = 2\n")
+    link = tmp_path / "module.py"
+    link.symlink_to(approved)
+    assert execution._real(link) == str(approved)
+    assert execution._real(link) == str(approved)  # the same file: the same answer
+    link.unlink()
+    link.symlink_to(other)
+    assert execution._real(link) == str(other)
+    link.unlink()
+    assert execution._real(link) == str(link)  # gone: resolved as far as it goes

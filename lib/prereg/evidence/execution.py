@@ -110,8 +110,25 @@ FOLDER_MARKERS = ("__init__.py", "conftest.py")
 INSTALLED_FOLDERS = ("site-packages", "dist-packages")
 
 
+# path -> (the device and inode it names, its real path): a session resolves each loaded
+# module's file at the gate, at collection and at the end; resolving (an lstat of every
+# folder on the way) is done again only when the path names another file than it did.
+_RESOLVED: dict[str, tuple[tuple[int, int], str]] = {}
+
+
 def _real(path: str | os.PathLike) -> str:
-    return os.path.realpath(os.fspath(path))
+    path = os.fspath(path)
+    try:
+        status = os.stat(path)
+    except OSError:
+        return os.path.realpath(path)
+    names = (status.st_dev, status.st_ino)
+    held = _RESOLVED.get(path)
+    if held is not None and held[0] == names:
+        return held[1]
+    real = os.path.realpath(path)
+    _RESOLVED[path] = (names, real)
+    return real
 
 
 def _under(path: str, folder: str) -> bool:
