@@ -1,7 +1,8 @@
 """Crash safety: every failure still leaves an honest manifest.
 
 Each check performs the failure for real in a toy repository: a signal to the
-controller (SIGTERM, SIGHUP) serially and under ``-n 2``, a worker that ``os._exit``s, a
+controller (SIGTERM) serially and under ``-n 2`` (each further ending signal installs the same
+handler, checked in this process), a worker that ``os._exit``s, a
 NaN in an item's record or in a stage summary, an environment probe that raises, a full
 disk while ``items.jsonl`` grows. The manifest is ``incomplete`` and names the cause,
 finished items keep their true outcome, the partial outputs of every item folder are
@@ -27,6 +28,7 @@ from hypothesis import strategies as st
 
 from prereg.decisions import manifest
 from prereg.records import INCOMPLETE, ITEM_LOG, MANIFEST, ledger
+from prereg.runtime import signals
 from prereg.testing import outer_environment, terminal_signals
 from support.toy import ToyRepo, make_toy_repo, stage_spec
 
@@ -86,13 +88,29 @@ def check_honest(toy: ToyRepo, cause: str) -> dict:
     return data
 
 
+@pytest.mark.parametrize("name", signals.ENDING_SIGNALS)
+def test_every_ending_signal_interrupts_the_run_naming_itself(name):
+    """A session installs one handler for each of the ending signals (SIGHUP from a closed
+    terminal, SIGXCPU from a CPU-time limit such as ``ulimit -t``); the runs below end a
+    real run with SIGTERM, Ctrl-C and a worker's exit, so each further signal is checked
+    here, in this process, with the handler a session installs."""
+    number = getattr(signal, name)
+    before = signal.signal(number, signal.SIG_DFL)
+    saved = signals.install_signal_handlers()
+    try:
+        assert number in saved
+        with pytest.raises(KeyboardInterrupt, match=f"^{name} received"):
+            os.kill(os.getpid(), number)
+    finally:
+        signals.restore_signals(saved)
+        signal.signal(number, before)
+
+
 @pytest.mark.parametrize(
     "how, cause",
     [
         ("sigterm", "SIGTERM"),  # the item signals its own process: the serial controller
         ("sigterm-controller", "SIGTERM"),
-        ("sighup-controller", "SIGHUP"),
-        ("sigxcpu-controller", "SIGXCPU"),  # a CPU-time limit (ulimit -t) reached
         ("sigint-controller", "KeyboardInterrupt"),
     ],
 )
@@ -112,18 +130,13 @@ def test_a_signalled_serial_run_writes_an_incomplete_manifest_hashing_partial_ou
     assert [strict_json(line)["nodeid"] for line in log] == [item(data, 0)["nodeid"]]
 
 
-@pytest.mark.parametrize(
-    "how, cause", [("sigterm-controller", "SIGTERM"), ("sighup-controller", "SIGHUP")]
-)
-def test_a_signalled_two_worker_run_keeps_the_true_outcome_of_items_that_finished(
-    tmp_path, how, cause
-):
+def test_a_signalled_two_worker_run_keeps_the_true_outcome_of_items_that_finished(tmp_path):
     # Cell 0 signals the controller and hangs; the other worker's items finish just
     # after the signal, while xdist stops the workers: they passed and must say so.
-    toy = misbehaving(tmp_path, how, cell=0)
+    toy = misbehaving(tmp_path, "sigterm-controller", cell=0)
     done = toy.pytest("--research-stage=toy", "-n", "2")
     assert done.returncode == 2, done.stdout + done.stderr
-    data = check_honest(toy, cause)
+    data = check_honest(toy, "SIGTERM")
     hung = item(data, 0)
     assert hung["outcome"] == "interrupted"
     assert {"partial.txt", "signalled.txt"} <= {o["path"] for o in hung["outputs"]}
