@@ -96,14 +96,13 @@ def test_plugins_the_project_blocks_are_loaded_by_no_process_of_its_runs(honest)
         assert "anyio" not in imported and "hypothesis" not in imported
 
 
-@pytest.mark.parametrize("how, workers", [("raise", None), ("sigterm", None), ("exit", "2")])
-def test_a_failed_or_interrupted_stage_keeps_partial_outputs_and_is_incomplete(
-    tmp_path, how, workers
-):
+def test_a_failed_stage_keeps_partial_outputs_is_incomplete_and_spends_its_id(tmp_path):
+    """An item that raises; a signal and a worker's exit end runs in checks/run/test_crash.py."""
+    how = "raise"
     spec = stage_spec("toy", parameters={"cells": 4, "misbehave": {"cell": 1, "how": how}})
     toy = make_toy_repo(tmp_path / how, {"toy": spec})
     toy.approve("toy", "toy-20261130-001")
-    args = ["--research-stage=toy"] + (["-n", workers] if workers else [])
+    args = ["--research-stage=toy"]
     done = toy.pytest(*args)
     assert done.returncode != 0
     manifest = toy.manifest("toy-20261130-001")
@@ -114,9 +113,8 @@ def test_a_failed_or_interrupted_stage_keeps_partial_outputs_and_is_incomplete(
     ).exists()
     failed = next(i for i in manifest["items"] if i["nodeid"].endswith("[cell1]"))
     assert failed["outcome"] != "passed"
-    if how == "raise":
-        assert "cell failed on purpose" in failed["tracebacks"]["call"]
-        assert "partial.txt" in {o["path"] for o in failed["outputs"]}
+    assert "cell failed on purpose" in failed["tracebacks"]["call"]
+    assert "partial.txt" in {o["path"] for o in failed["outputs"]}
     again = toy.pytest(*args, "--run-id=toy-20261130-001")
     assert again.returncode == 4 and "run-id-unused" in again.stdout + again.stderr
 
