@@ -3,9 +3,10 @@
 A venv is built once with ``install.sh --pinned`` under ``cache/pinned-venv`` (git-ignored)
 and rebuilt when install.sh, constraints/pinned.txt, pyproject.toml or the interpreter
 change. On it: the versions are the plan's, the statistics and harness checks pass, and the
-calibration stage on the demo plan approves naming only the deviations that remain
-(platform, Python patch release, torch), runs, audits clean, and its results match this
-project's stack file by file within the tolerance docs/how-to/pinned-python-3.9.md states.
+calibration stage on the demo plan (a tenth of its simulation trials) approves naming only
+the deviations that remain (platform, Python patch release, torch), runs, audits clean, and
+its results match this project's stack file by file within the tolerance
+docs/how-to/pinned-python-3.9.md states.
 Skipped only when no Python of the plan's minor version is on this machine.
 """
 
@@ -34,6 +35,19 @@ REPO = Path(__file__).resolve().parents[2]
 PLAN = "plans/demo/STATISTICAL_PIPELINE_PLAN.json"
 VENV = REPO / "cache" / "pinned-venv"
 PINS = json.loads((REPO / PLAN).read_text())["environment_pins"]
+# The two calibration runs compared across the stacks: the demo plan with a tenth of its
+# simulation trials per cell (every cell, law and width quantile of it; fewer draws of each).
+CHECK_PLAN = "plans/demo/PINNED_CHECK_PLAN.json"
+TRIALS_DIVISOR = 10
+
+
+def check_plan() -> dict:
+    plan = json.loads((REPO / PLAN).read_text())
+    plan["plan_id"] += "-pinned-check"
+    plan["stages"]["calibration"]["parameters"]["simulation"]["trials"] //= TRIALS_DIVISOR
+    return plan
+
+
 MINOR = ".".join(PINS["python"].split(".")[:2])
 
 # The checks run on the pinned stack: the statistics core, plans and seeds, and the research
@@ -186,11 +200,11 @@ def test_every_core_module_imports_on_the_pinned_stack(pinned_python):
 
 @pytest.fixture(scope="module")
 def two_runs(pinned_python, tmp_path_factory) -> tuple[Path, Path]:
-    """The calibration stage on the demo plan: this project's stack, then the pinned one."""
+    """The calibration stage on :func:`check_plan`: this project's stack, then the pinned one."""
     runs = []
     for name, python in (("main", sys.executable), ("pinned", pinned_python)):
-        root = pinnedrun.clone(tmp_path_factory.mktemp(name))
-        runs.append(pinnedrun.run_stage(root, python, "calibration", PLAN))
+        root = pinnedrun.clone(tmp_path_factory.mktemp(name), check_plan(), CHECK_PLAN)
+        runs.append(pinnedrun.run_stage(root, python, "calibration", CHECK_PLAN))
     return runs[0], runs[1]
 
 
