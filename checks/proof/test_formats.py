@@ -227,3 +227,46 @@ def _write(path, card):
 def _load_value(card):
     with tempfile.TemporaryDirectory() as folder:
         return cards.load(_write(Path(folder) / "card.json", card))
+
+
+JSON_OBJECTS = st.lists(
+    st.dictionaries(
+        st.text(max_size=8),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+            max_leaves=6,
+        ),
+        max_size=4,
+    ),
+    max_size=4,
+)
+
+
+@given(JSON_OBJECTS)
+def test_the_attestation_lines_prereg_writes_read_back_as_its_envelopes(envelopes):
+    from prereg.proof import attest
+
+    assert dsse.parse_lines(attest.envelope_lines(envelopes), "a") == envelopes
+
+
+@given(JSON_OBJECTS.filter(bool), st.sampled_from(["\r\n", "\r", "\n\n", ""]))
+def test_attestation_lines_framed_otherwise_are_refused(envelopes, ending):
+    """A carriage return, a blank line or a last line without its line feed is refused: the
+    plain verifier counts lines by line feeds, so a file two readers could count differently
+    is refused by both (checks/proof/test_signed_runs.py runs both verifiers on them)."""
+    from prereg.proof import attest
+
+    framed = attest.envelope_lines(envelopes)[:-1] + ending.encode()
+    with pytest.raises(dsse.SignatureProblem):
+        dsse.parse_lines(framed, "a")
+
+
+@given(st.binary(max_size=60))
+def test_any_bytes_give_envelopes_or_a_signature_problem(data):
+    try:
+        envelopes = dsse.parse_lines(data, "a")
+    except dsse.SignatureProblem:
+        return
+    assert all(isinstance(e, dict) for e in envelopes)
+    assert data.count(b"\n") == len(envelopes) and b"\r" not in data

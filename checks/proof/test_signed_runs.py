@@ -186,6 +186,30 @@ def test_an_envelope_whose_payload_type_changed_is_refused(world):
     assert not sslib_verifies(toy, keys_dir / "runner.pub")
 
 
+FRAMINGS = {  # the honest attestation's bytes -> the same envelopes framed otherwise
+    "crlf": lambda data: data.replace(b"\n", b"\r\n"),
+    "no-final-line-feed": lambda data: data[:-1],
+    "a-copy-of-line-2-without-its-line-feed": lambda data: data + data.splitlines()[1],
+    "a-copy-of-line-2": lambda data: data + data.splitlines(keepends=True)[1],
+    "a-blank-line": lambda data: data + b"\n",
+}
+
+
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_an_attestation_framed_otherwise_is_refused_by_both_verifiers(world, framing):
+    """The signed envelopes unchanged, their lines framed as prereg does not write them:
+    both verifiers count lines alike, so neither reads a file the other reads otherwise."""
+    toy, _, card = world
+    path = toy.layout(RUN).attestation
+    path.write_bytes(FRAMINGS[framing](path.read_bytes()))
+    # A verifier given the folder without git's record of the attestation (refs/prereg/* not
+    # fetched) reads the file itself.
+    toy.git("update-ref", "-d", ledger.attestation_ref(RUN))
+    ours, theirs = prereg_verify(toy, card), script_verify(toy, card)
+    assert ours.returncode == 1, ours.stdout + ours.stderr
+    assert theirs.returncode == 1 and "refused:" in theirs.stderr, theirs.stdout + theirs.stderr
+
+
 @pytest.mark.parametrize("name", ["items.jsonl", "manifest.json", "start.json", "junit.xml"])
 def test_a_run_file_changed_after_attestation_is_refused(world, name):
     toy, keys_dir, card = world

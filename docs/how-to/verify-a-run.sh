@@ -36,15 +36,68 @@ jq -r '.plans | to_entries | sort_by(.key)[] | "\(.key) \(.value)"' "$card" | cm
 # 2. The attestation: two DSSE envelopes; the approval commit C the first names.
 att="$run/attestation.intoto.jsonl"
 [ -f "$att" ] || refuse "$id has no attestation"
+# As prereg writes it: two lines, each ended by a line feed, no carriage return (a line
+# without its line feed would be one line to wc and read, another to other readers).
 [ "$(wc -l < "$att")" -eq 2 ] || refuse "the attestation has not 2 lines"
+[ "$(tail -c 1 "$att" | od -An -tx1 | tr -d ' \n')" = 0a ] || refuse "the attestation's last line has no line feed"
+! grep -q $'\r' "$att" || refuse "the attestation holds a carriage return"
 sed -n 1p "$att" | jq -er .payload | base64 -d > "$tmp/s1"
 C=$(jq -er '.predicate.buildDefinition.resolvedDependencies[] | select(.name == "source") | .digest.gitCommit' "$tmp/s1")
 g cat-file -e "$C^{commit}" 2>/dev/null || refuse "the attested commit $C is not in the repository"
 
 # 3. Role files change after F only in commits an approver of the parent signed.
 g merge-base --is-ancestor "$F" "$C" || refuse "$C does not descend from F"
+# A role file read as prereg reads it (prereg.proof.keys.parse_signers), or refused: UTF-8,
+# no NUL; lines end with a line feed; blank and # lines skipped; every other line is
+# "principal [options] ssh-ed25519 KEY", blanks splitting the fields, a quoted value holding
+# no blank, options only namespaces, valid-after and valid-before, each once, with its value.
+# Prints "any KEY" or "only:NAMESPACES KEY" for each line.
+signers() {  # FILE NAME
+  iconv -f UTF-8 -t UTF-8 "$1" > /dev/null 2>&1 || refuse "$2 is not UTF-8 text"
+  [ "$(tr -d '\000' < "$1" | wc -c)" -eq "$(wc -c < "$1")" ] || refuse "$2 holds a NUL byte"
+  local number=0 line opts type key tok name spaces seen
+  local -a f
+  while read -r line || [ -n "$line" ]; do
+    number=$((number + 1))
+    case "$line" in ''|'#'*) continue ;; esac
+    case "$(sed 's/"[^"[:blank:]]*"//g' <<<"$line")" in
+      *'"'*) refuse "$2:$number: a quoted value holds a blank, or a quote is unpaired" ;;
+    esac
+    read -r -a f <<<"$line"
+    [ "${#f[@]}" -ge 3 ] || refuse "$2:$number: not 'principal [options] keytype key'"
+    case "${f[1]}" in
+      ssh-*|sk-*) opts=""; type=${f[1]}; key=${f[2]} ;;
+      *) opts=${f[1]}; type=${f[2]}; key=${f[3]:-} ;;
+    esac
+    spaces=any; seen=","
+    if [ -n "$opts" ]; then
+      [[ "$opts" =~ ^[A-Za-z-]+(=\"[^\"]*\")?(,[A-Za-z-]+(=\"[^\"]*\")?)*$ ]] ||
+        refuse "$2:$number: options are not name or name=\"value\" separated by commas"
+      while read -r tok; do
+        name=$(tr '[:upper:]' '[:lower:]' <<<"${tok%%=*}")
+        case "$seen" in *",$name,"*) refuse "$2:$number: option $name given twice" ;; esac
+        seen="$seen$name,"
+        case "$name" in
+          cert-authority) refuse "$2:$number: a certificate authority; a role names keys" ;;
+          namespaces|valid-after|valid-before) ;;
+          *) refuse "$2:$number: unknown option(s) $name" ;;
+        esac
+        [ "$tok" != "${tok%%=*}" ] || refuse "$2:$number: option(s) $name without =\"value\""
+        if [ "$name" = namespaces ]; then spaces=${tok#*=\"}; spaces=only:${spaces%\"}; fi
+      done < <(grep -oE '[A-Za-z-]+(="[^"]*")?' <<<"$opts")
+    fi
+    [ -n "$key" ] || refuse "$2:$number: no key after the principal and options"
+    [ "$type" = ssh-ed25519 ] || refuse "$2:$number: a $type key: prereg's roles take ssh-ed25519 keys only"
+    # An ed25519 key blob is 51 bytes, so 68 base64 characters: "ssh-ed25519" and 32 bytes.
+    [[ "$key" =~ ^[A-Za-z0-9+/]{68}$ ]] &&
+      [ "$(base64 -d <<<"$key" | head -c 19 | od -An -tx1 | tr -d ' \n')" = 0000000b7373682d6564323535313900000020 ] ||
+      refuse "$2:$number: its key is not an ssh-ed25519 key"
+    printf '%s %s\n' "$spaces" "$key"
+  done < "$1"
+}
 signed_by() {  # commit, the commit whose role file judges it, the role (default approvers)
   g show "$2:.prereg/${3:-approvers}" > "$tmp/allowed" 2>/dev/null || : > "$tmp/allowed"
+  signers "$tmp/allowed" ".prereg/${3:-approvers} at $2" > /dev/null
   [ "$(g -c gpg.ssh.allowedSignersFile="$tmp/allowed" log -1 --format=%G? "$1")" = G ]
 }
 role_history() {  # every change of .prereg/ after $1 up to $2 signed by an approver of its parent
@@ -57,7 +110,8 @@ role_history "$F" "$C"
 
 # 4. Each envelope: payloadType, and every signature by a runners key (keyid: its fingerprint,
 #    namespace prereg-run) over PAE, checked by openssl.
-g show "$C:.prereg/runners" > "$tmp/runners" 2>/dev/null || refuse "no .prereg/runners at $C"
+g show "$C:.prereg/runners" > "$tmp/runners.file" 2>/dev/null || refuse "no .prereg/runners at $C"
+signers "$tmp/runners.file" ".prereg/runners at $C" > "$tmp/runners"
 n=0
 while read -r line; do
   n=$((n + 1))
@@ -70,12 +124,11 @@ while read -r line; do
     keyid=$(jq -r ".signatures[$k].keyid" <<<"$line")
     jq -r ".signatures[$k].sig" <<<"$line" | base64 -d > "$tmp/sig"
     found=""
-    while read -r signer; do
-      case "$signer" in ''|'#'*) continue ;; esac
-      key=$(awk '{for (i = 1; i <= NF; i++) if ($i == "ssh-ed25519") {print $(i + 1); exit}}' <<<"$signer")
-      [ -n "$key" ] || continue
+    while read -r spaces key; do
       [ "$(echo "ssh-ed25519 $key" | ssh-keygen -lf - | cut -d' ' -f2)" = "$keyid" ] || continue
-      grep -q 'namespaces="[^"]*prereg-run' <<<"$signer" || refuse "line $n: key $keyid may not sign runs"
+      case "$spaces" in any|only:prereg-run|only:prereg-run,*|only:*,prereg-run|only:*,prereg-run,*) ;;
+        *) refuse "line $n: key $keyid may not sign runs" ;;
+      esac
       # An ed25519 public key as PEM: a fixed DER prefix, then the blob's last 32 bytes.
       { printf '\x30\x2a\x30\x05\x06\x03\x2b\x65\x70\x03\x21\x00'; base64 -d <<<"$key" | tail -c 32; } > "$tmp/der"
       openssl pkey -pubin -inform DER -in "$tmp/der" -out "$tmp/pem" 2>/dev/null

@@ -65,8 +65,8 @@ def problems(run_dir: Path, recorded: bytes | None, runners: bytes | None) -> li
     if data != recorded:
         return [f"{ATTESTATION} is not the attestation git records for the run"]
     try:
-        envelopes = [json.loads(line) for line in data.splitlines()]
-    except ValueError as err:
+        envelopes = dsse.parse_lines(data, ATTESTATION)
+    except dsse.SignatureProblem as err:
         return [f"{ATTESTATION} cannot be read: {err}"]
     if not any(isinstance(e, dict) and e.get("signatures") for e in envelopes):
         return []

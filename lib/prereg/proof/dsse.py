@@ -137,12 +137,31 @@ def verify(env: dict, signers: list[Signer], namespace: str) -> tuple[bytes, lis
     return payload, who
 
 
-def read_lines(path: Path) -> list[dict]:
-    """The envelopes of a JSON Lines file, one per line."""
+def parse_lines(data: bytes, where: str) -> list[dict]:
+    """The envelopes of an attestation's bytes, as prereg writes them: UTF-8, each line a
+    JSON object ended by a line feed, and nothing else (no carriage return, no blank line, no
+    line without its line feed). Any other framing is refused, so that every verifier counts
+    the same lines (docs/how-to/verify-a-run.sh refuses the same files)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SignatureProblem(f"{where} is not UTF-8: {err}") from None
+    if "\r" in text:
+        raise SignatureProblem(f"{where} holds a carriage return; its lines end with a line feed")
+    if text and not text.endswith("\n"):
+        raise SignatureProblem(f"{where}: its last line has no line feed")
     envelopes = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(text[:-1].split("\n") if text else [], 1):
         try:
-            envelopes.append(json.loads(line))
+            envelope = json.loads(line)
         except ValueError:
-            raise SignatureProblem(f"{path}:{number} is not JSON") from None
+            envelope = None
+        if not isinstance(envelope, dict):
+            raise SignatureProblem(f"{where}:{number} is not a JSON object")
+        envelopes.append(envelope)
     return envelopes
+
+
+def read_lines(path: Path) -> list[dict]:
+    """The envelopes of an attestation file (:func:`parse_lines`)."""
+    return parse_lines(Path(path).read_bytes(), str(path))

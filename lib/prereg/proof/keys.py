@@ -28,7 +28,14 @@ ED25519 = "ssh-ed25519"
 RUNNER_KEY_VARIABLE = "PREREG_RUNNER_KEY"
 RUNNER_KEY = Path(".config", "prereg", "runner_ed25519")
 
+# An allowed-signers line as prereg reads it, and docs/how-to/verify-a-run.sh reads it the same
+# way: blanks (space, tab) split the fields; a quoted option value holds no blank; the options
+# field is name or name="value", separated by commas.
+_BLANKS = " \t"
+_QUOTED = re.compile(r'"[^" \t]*"')
+_OPTIONS = re.compile(r'[A-Za-z-]+(?:="[^"]*")?(?:,[A-Za-z-]+(?:="[^"]*")?)*')
 _OPTION = re.compile(r'([A-Za-z-]+)(?:="([^"]*)")?')
+_VALUED_OPTIONS = ("namespaces", "valid-after", "valid-before")
 
 
 class KeyProblem(ValueError):
@@ -80,6 +87,8 @@ class PublicKey:
             blob = base64.b64decode(b64, validate=True)
         except ValueError:
             raise KeyProblem("its key is not base64") from None
+        if base64.b64encode(blob).decode("ascii") != b64:  # padding or bits beyond the blob
+            raise KeyProblem("its key is not base64 as OpenSSH writes it")
         try:
             parts = _ssh_strings(blob)
         except KeyProblem:
@@ -123,29 +132,49 @@ class Signer:
 
 def parse_signers(text: str, where: str) -> list[Signer]:
     """The lines of an allowed-signers file (``where`` names it in errors); blank lines and
-    ``#`` comments are skipped. Options other than ``namespaces``, ``cert-authority``,
-    ``valid-after`` and ``valid-before`` are refused as git would; a certificate authority
-    line is refused, since a role names keys."""
+    ``#`` comments are skipped. Lines end with a line feed; blanks (space, tab) split a line's
+    fields, and a quoted option value holds none. Options other than ``namespaces``,
+    ``cert-authority``, ``valid-after`` and ``valid-before`` are refused as git would, and so is
+    an option given twice or one of the three without its value; a certificate authority line
+    is refused, since a role names keys. docs/how-to/verify-a-run.sh reads a role file by the
+    same rules, and the corpus of checks/proof/test_signed_runs.py runs both on each."""
+    if "\0" in text:
+        raise KeyProblem(f"{where} holds a NUL byte")
     signers = []
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
+    for number, line in enumerate(text.split("\n"), 1):
+        line = line.strip(_BLANKS)
         if not line or line.startswith("#"):
             continue
-        fields = _split(line)
+        if '"' in _QUOTED.sub("", line):
+            raise KeyProblem(
+                f"{where}:{number}: a quoted value holds a blank, or a quote is unpaired"
+            )
+        fields = re.split(r"[ \t]+", line)
         if len(fields) < 3:
             raise KeyProblem(f"{where}:{number}: not 'principal [options] keytype key'")
         principals = tuple(fields[0].split(","))
         options: dict[str, str | None] = {}
         rest = fields[1:]
-        if not rest[0].startswith("ssh-") and not rest[0].startswith("sk-"):
+        if not rest[0].startswith(("ssh-", "sk-")):
+            if not _OPTIONS.fullmatch(rest[0]):
+                raise KeyProblem(
+                    f'{where}:{number}: options {rest[0]!r} are not name or name="value" '
+                    "separated by commas"
+                )
             for match in _OPTION.finditer(rest[0]):
-                options[match.group(1).lower()] = match.group(2)
+                name = match.group(1).lower()
+                if name in options:
+                    raise KeyProblem(f"{where}:{number}: option {name} given twice")
+                options[name] = match.group(2)
             rest = rest[1:]
         if "cert-authority" in options:
             raise KeyProblem(f"{where}:{number}: a certificate authority; a role names keys")
-        unknown = sorted(set(options) - {"namespaces", "valid-after", "valid-before"})
+        unknown = sorted(set(options) - set(_VALUED_OPTIONS))
         if unknown:
             raise KeyProblem(f"{where}:{number}: unknown option(s) {', '.join(unknown)}")
+        bare = sorted(name for name, value in options.items() if value is None)
+        if bare:
+            raise KeyProblem(f'{where}:{number}: option(s) {", ".join(bare)} without ="value"')
         if len(rest) < 2:
             raise KeyProblem(f"{where}:{number}: no key after the principal and options")
         try:
@@ -170,23 +199,6 @@ def signers_of(data: bytes | None, role: str) -> list[Signer]:
         return parse_signers((data or b"").decode("utf-8"), role_path(role))
     except UnicodeDecodeError:
         raise KeyProblem(f"{role_path(role)} is not UTF-8 text") from None
-
-
-def _split(line: str) -> list[str]:
-    """Fields separated by blanks, a quoted option value kept whole."""
-    fields, current, quoted = [], "", False
-    for char in line:
-        if char == '"':
-            quoted = not quoted
-        if char.isspace() and not quoted:
-            if current:
-                fields.append(current)
-            current = ""
-        else:
-            current += char
-    if current:
-        fields.append(current)
-    return fields
 
 
 def signer_line(principal: str, role: str, key: PublicKey) -> str:
