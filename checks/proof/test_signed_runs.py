@@ -210,6 +210,45 @@ def test_an_attestation_framed_otherwise_is_refused_by_both_verifiers(world, fra
     assert theirs.returncode == 1 and "refused:" in theirs.stderr, theirs.stdout + theirs.stderr
 
 
+def _named_otherwise(commit: str, how: str) -> str:
+    return {"ref": "HEAD", "short": commit[:12], "option": "--output=/tmp/prereg-pwned"}[how]
+
+
+@pytest.mark.parametrize("how", ["ref", "short", "option"])
+def test_a_card_naming_its_freeze_commit_otherwise_than_by_its_id_is_refused(world, how):
+    """A ref moves and a short id can come to name two commits; an option-like string would
+    reach git as an option: both verifiers refuse before asking git anything of it."""
+    toy, _, card = world
+    data = json.loads(card.read_text())
+    data["freeze_commit"] = _named_otherwise(data["freeze_commit"], how)
+    card.write_text(json.dumps(data))
+    assert_refused(toy, card, "is not a full commit id")
+    assert not Path("/tmp/prereg-pwned").exists()
+
+
+@pytest.mark.parametrize("how", ["ref", "short", "option"])
+def test_a_statement_naming_its_commit_otherwise_than_by_its_id_is_refused(world, how):
+    """The holder of the runner key signs statements naming the approval commit by a ref, a
+    short id or an option-like string (which the verifiers read before the signature)."""
+    toy, keys_dir, card = world
+    path = toy.layout(RUN).attestation
+    envelopes = dsse.read_lines(path)
+    first = json.loads(dsse.payload_of(envelopes[0]))
+    deps = first["predicate"]["buildDefinition"]["resolvedDependencies"]
+    commit = next(d for d in deps if d["name"] == "source")["digest"]["gitCommit"]
+    key = dsse.PrivateKey.load(keys_dir / "runner")
+    forged = [
+        dsse.envelope(
+            dsse.payload_of(e).replace(commit.encode(), _named_otherwise(commit, how).encode()), key
+        )
+        for e in envelopes
+    ]
+    path.write_bytes(attest.envelope_lines(forged))
+    toy.git("update-ref", "-d", ledger.attestation_ref(RUN))
+    assert_refused(toy, card, "not a full commit id")
+    assert not Path("/tmp/prereg-pwned").exists()
+
+
 @pytest.mark.parametrize("name", ["items.jsonl", "manifest.json", "start.json", "junit.xml"])
 def test_a_run_file_changed_after_attestation_is_refused(world, name):
     toy, keys_dir, card = world

@@ -20,7 +20,10 @@ g() { GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 git --no-replace-objects
 sha() { sha256sum | cut -d' ' -f1; }
 
 # 1. The card: the repository, and the role files and plans at the freeze commit F.
-F=$(jq -er .freeze_commit "$card")
+# A commit read from the card or a record is a full object id, never a ref, a short id or an
+# option handed to git.
+oid() { [[ "$1" =~ ^([0-9a-f]{40}|[0-9a-f]{64})$ ]] || refuse "$2 '$1' is not a full commit id"; }
+F=$(jq -er .freeze_commit "$card"); oid "$F" "the card's freeze commit"
 [ "$(jq -er .format "$card")" = prereg-registration/1 ] || refuse "not a registration card"
 g cat-file -e "$F^{commit}" 2>/dev/null || refuse "no freeze commit $F"
 [ "$(g rev-list --max-parents=0 "$F" | tail -1)" = "$(jq -er .repository "$card")" ] || refuse "another repository"
@@ -43,6 +46,7 @@ att="$run/attestation.intoto.jsonl"
 ! grep -q $'\r' "$att" || refuse "the attestation holds a carriage return"
 sed -n 1p "$att" | jq -er .payload | base64 -d > "$tmp/s1"
 C=$(jq -er '.predicate.buildDefinition.resolvedDependencies[] | select(.name == "source") | .digest.gitCommit' "$tmp/s1")
+oid "$C" "attestation line 1 names the source commit"
 g cat-file -e "$C^{commit}" 2>/dev/null || refuse "the attested commit $C is not in the repository"
 
 # 3. Role files change after F only in commits an approver of the parent signed.

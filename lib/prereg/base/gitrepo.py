@@ -186,6 +186,15 @@ def head_commit(root: Path) -> str:
     return git(root, "rev-parse", "--verify", "HEAD").strip()
 
 
+# A full object id as git writes it: SHA-1 (40 hex digits) or SHA-256 (64).
+OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def is_object_id(text: object) -> bool:
+    """Whether ``text`` is a full object id (not a ref, a short id or an option)."""
+    return isinstance(text, str) and OBJECT_ID.fullmatch(text) is not None
+
+
 def resolve(root: Path, name: str) -> str | None:
     """The object id ``name`` (a ref, a commit id, ``rev^{commit}``) stands for, or None."""
     if name.startswith("-"):

@@ -100,6 +100,8 @@ def load(path: Path) -> dict:
 def problems(root: Path, card: dict) -> list[str]:
     """Where the repository disagrees with the card at its freeze commit."""
     freeze = card["freeze_commit"]
+    if not gitrepo.is_object_id(freeze):
+        return [f"the card's freeze commit {freeze!r} is not a full commit id"]
     if not gitrepo.commit_exists(root, freeze):
         return [f"the repository has no commit {freeze} (the card's freeze commit)"]
     found = []

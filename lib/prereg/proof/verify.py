@@ -138,6 +138,11 @@ def verify_run(
     except (dsse.SignatureProblem, ValueError, KeyError, TypeError):
         verdict.problems.append("attestation line 1 names no source commit")
         return verdict
+    if not gitrepo.is_object_id(commit):
+        verdict.problems.append(
+            f"attestation line 1 names the source commit {commit!r}, not a full commit id"
+        )
+        return verdict
     if not gitrepo.commit_exists(root, commit):
         verdict.problems.append(
             f"the attested source commit {commit[:12]} is not in the repository"
