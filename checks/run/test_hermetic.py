@@ -561,8 +561,8 @@ def test_a_refused_session_and_one_stopped_before_the_spend_leave_no_snapshot(tm
             break
         time.sleep(0.05)
     started.send_signal(signal.SIGTERM)
-    started.wait(timeout=300)
-    assert _snapshots(head) == before
+    out = started.communicate(timeout=300)[0]
+    assert _snapshots(head) == before, (started.returncode, out.decode()[-3000:])
     assert not ledger.is_spent(toy.root, RUN) or toy.layout(RUN).manifest.exists()
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import shlex
-import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -307,10 +306,10 @@ def exec_session(
 ) -> None:
     """Replace this process with the session (standard input closed unless ``keep_stdin``,
     which a rehearsal's debugger reads; never returns). ``handoff``: SIGTERM had its default
-    action; it is ignored until the boot takes it."""
+    action and is blocked (:func:`prereg.runtime.signals.hold_sigterm`); the mask and a
+    pending SIGTERM survive ``exec``, and the boot unblocks it once it has taken it."""
     if handoff:
         env = {**env, SIGTERM_HANDOFF: "1"}
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.stdout.flush()
     sys.stderr.flush()
     if not keep_stdin:

@@ -40,9 +40,13 @@ def main():
     # The session (not its clean listing) deletes its snapshot however it ends; a SIGTERM
     # before the controller installs its own handlers ends it through that cleanup too.
     session = not any(a.startswith("--prereg-list-items") for a in args)
-    if session and os.environ.get("PREREG_SIGTERM_HANDOFF") == "1":  # hermetic.SIGTERM_HANDOFF
-        signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
+        if session and os.environ.get("PREREG_SIGTERM_HANDOFF") == "1":  # hermetic.SIGTERM_HANDOFF
+            # The launcher blocked SIGTERM from its snapshot on (prereg.runtime.signals
+            # .hold_sigterm): one sent meanwhile is delivered here, inside the try whose
+            # cleanup deletes the snapshot.
+            signal.signal(signal.SIGTERM, _exit_on_signal)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         # pytest: only once sys.path is fixed above (this file's folder, which Python 3.9 puts
         # first, holds modules named like others')
         import pytest

@@ -33,7 +33,7 @@ from prereg.runtime.process_run import (
 )
 from prereg.runtime.rehearsal import Rehearsal
 from prereg.runtime.roles import REHEARSE_OPTION, STAGE_OPTION, checkout_argument
-from prereg.runtime.signals import end_on_sigterm
+from prereg.runtime.signals import hold_sigterm, release_sigterm
 
 
 def launch(config: pytest.Config) -> None:
@@ -48,16 +48,18 @@ def launch(config: pytest.Config) -> None:
     record, _, gathered = pass_gate(config, run, session_follows=True)
     approved = gathered.facts.head  # the commit the gate judged, and no other
     checkout = Path(gitrepo.toplevel(root))
+    lock = record.data.get("environment_lock") or {}
+    plugins = entry_point_plugins(config, lock.get("distributions") or {})
     handoff = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    if handoff:  # a SIGTERM from now on leaves no snapshot behind
-        end_on_sigterm()
+    if handoff:  # a SIGTERM from now on waits for the session, which ends on it
+        hold_sigterm()
     try:
         snapshot = snapshots.materialise(checkout, approved)
     except (snapshots.SnapshotError, gitrepo.GitError, OSError) as err:
+        if handoff:
+            release_sigterm()
         refusal = gate.Refusal("hermetic", f"the approved commit cannot be run: {err}")
         refuse(config, run, record, [refusal])
-    lock = record.data.get("environment_lock") or {}
-    plugins = entry_point_plugins(config, lock.get("distributions") or {})
     _become_session(config, checkout, snapshot.folder, plugins, handoff=handoff)
 
 
@@ -72,10 +74,12 @@ def launch_rehearsal(config: pytest.Config) -> None:
     checkout = Path(gitrepo.toplevel(root))
     handoff = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     if handoff:
-        end_on_sigterm()
+        hold_sigterm()
     try:
         folder = snapshots.working_copy(checkout)
     except (snapshots.SnapshotError, gitrepo.GitError, OSError) as err:
+        if handoff:
+            release_sigterm()
         raise pytest.UsageError(
             f"{STAGE_OPTION}={config.option.research_stage} {REHEARSE_OPTION}: the working "
             f"tree cannot be rehearsed (nothing ran): {err}"
@@ -138,6 +142,8 @@ def _become_session(
         )
     except BaseException as err:
         snapshots.remove(folder)
+        if handoff:
+            release_sigterm()  # a SIGTERM held meanwhile ends this launcher now
         if isinstance(err, OSError):
             raise pytest.UsageError(f"the hermetic session could not start: {err}") from None
         raise

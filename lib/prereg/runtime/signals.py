@@ -25,9 +25,18 @@ def install_signal_handlers() -> dict:
     return saved
 
 
-def end_on_sigterm() -> None:
-    """From now on SIGTERM raises KeyboardInterrupt naming itself."""
+def hold_sigterm() -> None:
+    """From a launcher's snapshot to its session: SIGTERM is blocked, so one that arrives is
+    kept pending across ``exec`` until the session's boot, having taken SIGTERM, unblocks it
+    (:func:`release_sigterm`) and ends there, deleting the snapshot. Released earlier (the
+    launcher stops before its session), it raises KeyboardInterrupt naming itself."""
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def release_sigterm() -> None:
+    """Unblock SIGTERM: one held meanwhile is delivered now."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
 def _raise_keyboard_interrupt(signum, frame):
