@@ -104,14 +104,19 @@ def resign(toy: ToyRepo, key: Path, run_id: str = RUN) -> None:
     attest.write(toy.root, toy.run_dir(run_id), target, dsse.PrivateKey.load(key))
 
 
-def forge_approval(toy: ToyRepo, keys_dir: Path, signer: str | None, *, add: bool = False) -> None:
+def forge_approval(
+    toy: ToyRepo, keys_dir: Path, signer: str | None, *, add: bool = False, change=None
+) -> None:
     """A history rewritten consistently by an operator who holds the runner key and
     ``signer``'s key (None: signs nothing), not an approver's: from the approved anchor,
     optionally a commit adding ``signer`` to .prereg/approvers, then the approval record
     (its anchor updated) committed again, the run's start.json and approval.json to match,
-    git's records of them re-created and the statements rebuilt and signed with the runner key."""
+    git's records of them re-created and the statements rebuilt and signed with the runner key.
+    ``change``: called with the approval record before it is committed again."""
     record_rel = f"plans/approvals/{RUN}.json"
     record = json.loads((toy.root / record_rel).read_text())
+    if change is not None:
+        change(record)
     toy.git("reset", "-q", "--hard", "HEAD^")
     sign = ["--no-gpg-sign"] if signer is None else [f"--gpg-sign={keys_dir / signer}"]
     if add:
@@ -139,6 +144,22 @@ def forge_approval(toy: ToyRepo, keys_dir: Path, signer: str | None, *, add: boo
     ):
         blob = toy.git("hash-object", "-w", str(path)).strip()
         toy.git("update-ref", ref, blob)
+
+
+def test_a_witness_url_that_looks_like_an_option_reaches_no_git_of_either_verifier(world, tmp_path):
+    """Someone holding the approver's and the runner's keys makes a consistent run whose
+    record names the witness ``--upload-pack=PROGRAM``: handed to git as an option it would run
+    PROGRAM on the verifier's machine. Both verifiers refuse it by its form."""
+    toy, keys_dir, card = world
+    ran = tmp_path / "program-ran"
+
+    def name_the_witness(record: dict) -> None:
+        record["witness"] = {"url": f"--upload-pack=touch {ran}"}
+
+    forge_approval(toy, keys_dir, "approver", change=name_the_witness)
+    assert_refused(toy, card, "looks like an option")
+    assert "looks like an option" in script_verify(toy, card).stderr  # not refused earlier
+    assert not ran.exists()
 
 
 def test_an_honest_signed_run_verifies_with_all_three(world):

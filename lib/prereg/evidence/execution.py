@@ -302,7 +302,8 @@ class Installed:
     @classmethod
     def scan(cls, dirs: list[str] | None = None) -> Installed:
         """The distributions installed in ``dirs`` (the site-packages folders by default),
-        read once per process while they are unchanged (:func:`read_while_unchanged`)."""
+        read once while they are unchanged (:func:`read_while_unchanged`: in this process,
+        else from the reading an earlier process kept)."""
         folders = dirs if dirs is not None else site_dirs()
         return read_while_unchanged(
             "installed",
