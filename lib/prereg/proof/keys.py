@@ -137,7 +137,7 @@ def parse_signers(text: str, where: str) -> list[Signer]:
     ``cert-authority``, ``valid-after`` and ``valid-before`` are refused as git would, and so is
     an option given twice or one of the three without its value; a certificate authority line
     is refused, since a role names keys. docs/how-to/verify-a-run.sh reads a role file by the
-    same rules, and the corpus of checks/proof/test_signed_runs.py runs both on each."""
+    same rules, and checks/proof/test_role_file_reading.py runs both on a corpus of lines."""
     if "\0" in text:
         raise KeyProblem(f"{where} holds a NUL byte")
     signers = []
