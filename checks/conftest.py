@@ -223,7 +223,9 @@ def tiny_pipeline(tmp_path_factory) -> Path:
 
     clone = scratch_clone(tmp_path_factory.mktemp("rp002a"), tiny_plan())
     return run_pipeline(
-        clone, steps("calibration", "target-variance", "confirmatory-config", "confirmatory")
+        clone,
+        steps("calibration", "target-variance", "confirmatory-config", "confirmatory"),
+        reports=True,
     )
 
 

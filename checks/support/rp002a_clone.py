@@ -99,9 +99,11 @@ def steps(*stages: str, workers: int = 1, after=None) -> list[DemoStep]:
     ]
 
 
-def run_pipeline(clone: Path, stage_steps: list[DemoStep]) -> Path:
-    """run_demo inside the clone (it clones once more, as the demo does); returns the run root."""
-    if run_demo(clone, steps=stage_steps) != 0:
+def run_pipeline(clone: Path, stage_steps: list[DemoStep], *, reports: bool = False) -> Path:
+    """run_demo inside the clone (it clones once more, as the demo does); returns the run root.
+    ``reports``: also write every report, as ``prereg demo`` does (the tiny pipeline's check
+    of the whole demo path); the other pipelines' checks read the runs only."""
+    if run_demo(clone, steps=stage_steps, reports=reports) != 0:
         raise RuntimeError(f"the pipeline in {clone} stopped; its demo-output/ keeps what ran")
     (out,) = sorted((clone / "demo-output").iterdir())
     return out / "repo"

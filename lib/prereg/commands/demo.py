@@ -41,7 +41,11 @@ def _run(cmd: list[str], cwd: Path, env: dict, *, quiet: bool = False) -> None:
         raise DemoFailed(f"{' '.join(cmd[:4])} ... exited {done.returncode}")
 
 
-def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = None) -> int:
+def run_demo(
+    root: Path, *, keep: bool = False, steps: list[DemoStep] | None = None, reports: bool = True
+) -> int:
+    """Every step approved, committed, run, audited (signed) and verified in a scratch clone
+    of ``root``'s HEAD, then (``reports``) every run's report and the index written."""
     steps = steps if steps is not None else STEPS
     if gitrepo.dirty_paths(root):
         print(
@@ -118,7 +122,8 @@ def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = N
         print(f"\nprereg demo: stopped: {err}. Everything written so far is kept in {out}")
         return 1
     try:
-        _run([py, "-m", "prereg.cli", "report", "--all"], clone, env)
+        if reports:
+            _run([py, "-m", "prereg.cli", "report", "--all"], clone, env)
     except DemoFailed as err:
         print(f"\nprereg demo: the reports could not be written: {err}")
         return 1
@@ -129,6 +134,8 @@ def run_demo(root: Path, *, keep: bool = False, steps: list[DemoStep] | None = N
         print(f"  {manifest['stage']:<22} {manifest['status']:<10} {run.manifest}")
         if run.summary_dir.exists():
             print(f"  {'':<22} {'summary':<10} {run.summary_dir}")
-        print(f"  {'':<22} {'report':<10} {run.report}")
-    print(f"  runs index: {reports_index(clone)}")
+        if reports:
+            print(f"  {'':<22} {'report':<10} {run.report}")
+    if reports:
+        print(f"  runs index: {reports_index(clone)}")
     return 0
