@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 import traceback
@@ -268,6 +269,11 @@ class Controller(XdistBridge, TerminalOutput):
         return timestamp.encode(token)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # pytest calls this hook from a finally block: a Ctrl-C or an error during collection
+        # is in flight here. The collection did not finish, so nothing is verified or spent
+        # (nor waited for: the kind's check may run for minutes), and it ends the session.
+        if sys.exc_info()[1] is not None:
+            return
         if not hasattr(self.config, "workerinput") and not distributed(self.config):
             self._verify_and_spend([item.nodeid for item in session.items])
 
