@@ -224,6 +224,25 @@ def test_a_variable_the_kinds_gate_check_sets_is_refused_before_spending(tmp_pat
     assert not ledger.is_spent(toy.root, RUN) and not toy.run_dir(RUN).exists()
 
 
+def _kind_whose_check_takes_ten_minutes(toy, started) -> None:
+    """The project's kind gets a gate check that, in the session, touches ``started`` and
+    sleeps ten minutes (``prereg approve`` runs it too, and returns at once)."""
+    kind = toy.root / "src" / "mylab" / "kind.py"
+    kind.write_text(
+        kind.read_text().replace(
+            'KIND = StageKind(name="mylab.kind:KIND", settings=settings, summarise=summarise)',
+            "def gate_check(root, plan, stage, record):\n"
+            "    import sys, time\n"
+            "    if '--research-stage=toy' in sys.argv:  # the session, not prereg approve\n"
+            f"        open({str(started)!r}, 'a').close()\n"
+            "        time.sleep(600)\n"
+            "    return []\n\n\n"
+            'KIND = StageKind(name="mylab.kind:KIND", settings=settings, summarise=summarise,\n'
+            "                 gate_check=gate_check)",
+        )
+    )
+
+
 # -n 2: the check runs while the session starts its workers (pytest then ends the session
 # without its sessionfinish hooks); serially it is waited for once the items are collected,
 # after the session started (pytest then writes the junit report, unless prereg drops it).
@@ -242,20 +261,7 @@ def test_ctrl_c_while_the_kinds_gate_check_runs_spends_nothing(tmp_path, workers
 
     toy = _project(tmp_path)
     started = tmp_path / "check-started"
-    kind = toy.root / "src" / "mylab" / "kind.py"
-    kind.write_text(
-        kind.read_text().replace(
-            'KIND = StageKind(name="mylab.kind:KIND", settings=settings, summarise=summarise)',
-            "def gate_check(root, plan, stage, record):\n"
-            "    import sys, time\n"
-            "    if '--research-stage=toy' in sys.argv:  # the session, not prereg approve\n"
-            f"        open({str(started)!r}, 'a').close()\n"
-            "        time.sleep(600)\n"
-            "    return []\n\n\n"
-            'KIND = StageKind(name="mylab.kind:KIND", settings=settings, summarise=summarise,\n'
-            "                 gate_check=gate_check)",
-        )
-    )
+    _kind_whose_check_takes_ten_minutes(toy, started)
     toy.commit("A kind whose gate check takes ten minutes")
     toy.approve("toy", RUN)
     session = subprocess.Popen(
@@ -287,5 +293,49 @@ def test_ctrl_c_while_the_kinds_gate_check_runs_spends_nothing(tmp_path, workers
             session.kill()
     assert session.returncode != 0, out
     # No stray runs/<run-id>/ (a junit.xml there would block the next attempt): the id is free.
+    assert not ledger.is_spent(toy.root, RUN) and not toy.run_dir(RUN).exists(), out
+    assert f"run {RUN} interrupted before its run id was spent: nothing spent" in out, out
+
+
+def test_ctrl_c_during_collection_while_the_kinds_check_runs_ends_the_session(tmp_path):
+    """pytest runs the collection-finish hook from a ``finally``: a Ctrl-C that lands while
+    the session collects (here the stage module sends it to its own process once the kind's
+    check has started) must end the session there, not after the check (which would take
+    ten minutes)."""
+    import subprocess
+
+    from prereg.records import ledger
+    from prereg.testing import terminal_signals
+
+    toy = _project(tmp_path)
+    started = tmp_path / "check-started"
+    _kind_whose_check_takes_ten_minutes(toy, started)
+    module = toy.root / "experiments" / "test_toy.py"
+    module.write_text(
+        module.read_text()
+        + "\n\nimport os as _os, signal as _signal, sys as _sys, time as _time\n\n"
+        "if '--research-stage=toy' in _sys.argv and not any(\n"
+        "    a.startswith('--prereg-list-items') for a in _sys.argv\n"
+        "):  # the session's collection, not its clean listing\n"
+        "    for _ in range(1200):  # until the kind's check runs (a safety bound)\n"
+        f"        if _os.path.exists({str(started)!r}):\n"
+        "            break\n"
+        "        _time.sleep(0.05)\n"
+        "    _os.kill(_os.getpid(), _signal.SIGINT)\n"
+    )
+    toy.commit("A stage module interrupted at collection while the kind's check runs")
+    toy.approve("toy", RUN)
+    session = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--research-stage=toy"],
+        cwd=toy.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=terminal_signals,  # noqa: PLW1509 -- this test process starts no threads
+    )  # fmt: skip
+    try:
+        out = session.communicate(timeout=120)[0]  # a safety bound, far below the check's
+    finally:
+        if session.poll() is None:
+            session.kill()
+    assert started.exists(), out
+    assert session.returncode != 0, out
     assert not ledger.is_spent(toy.root, RUN) and not toy.run_dir(RUN).exists(), out
     assert f"run {RUN} interrupted before its run id was spent: nothing spent" in out, out
