@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Verify a prereg run without prereg: git, ssh-keygen, openssl (>= 3.0), jq, base64, sha256sum.
+# Verify a prereg run without prereg: git, ssh-keygen, openssl (>= 3.0), jq, base64, sha256sum,
+# iconv and coreutils (od, tr, wc, tail).
 #
 #   bash verify-a-run.sh REPOSITORY RUN_FOLDER CARD [--require-audit]
 #

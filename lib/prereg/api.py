@@ -50,7 +50,8 @@ Records and formats (what prereg's own protocols, :mod:`prereg.rp002a` and :mod:
     canonical JSON and hashes (:func:`write_json`, :func:`read_json`, :func:`canonical_json`,
     :func:`sha256_bytes`, :func:`sha256_file`), the ``.npz`` format :mod:`arrays`, the plan
     schema language (:func:`validate`, :class:`SchemaError`, :data:`PositiveInt`, ...),
-    :mod:`registry` (entry points), :class:`PeakScope`, :func:`head_commit` and
+    :mod:`registry` (entry points), :class:`PeakScope`, :func:`head_commit`,
+    :func:`is_object_id` and
     :func:`user_cache_folder` (a folder of prereg's user cache for caches keyed by content).
 
 Importing this module loads none of prereg's decisions (gate, approval, audit), its pytest
@@ -65,7 +66,7 @@ from __future__ import annotations
 import warnings
 
 from prereg.base import arrays
-from prereg.base.gitrepo import head_commit
+from prereg.base.gitrepo import head_commit, is_object_id
 from prereg.base.hashing import canonical_json, read_json, sha256_bytes, sha256_file, write_json
 from prereg.base.provenance import PeakScope
 from prereg.base.schema import (
@@ -173,6 +174,7 @@ __all__ = [
     "head_commit",
     "headline_from",
     "html",
+    "is_object_id",
     "json_value",
     "load_json",
     "load_kind",

@@ -121,12 +121,12 @@ def run_demo(
     except DemoFailed as err:
         print(f"\nprereg demo: stopped: {err}. Everything written so far is kept in {out}")
         return 1
-    try:
-        if reports:
+    if reports:
+        try:
             _run([py, "-m", "prereg.cli", "report", "--all"], clone, env)
-    except DemoFailed as err:
-        print(f"\nprereg demo: the reports could not be written: {err}")
-        return 1
+        except DemoFailed as err:
+            print(f"\nprereg demo: the reports could not be written: {err}")
+            return 1
     print("\n=== demo finished: every stage complete, audited clean and verified ===")
     print(f"  registration card: {card} (keys: {out / 'keys'}, throwaway)")
     for run in done_runs:

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from prereg.api import is_object_id
 from prereg.e04.gitcorpus import (
     GitCorpusError,
     check_repository,
@@ -62,7 +62,6 @@ TASK_FILE_FORMAT = "prereg-e04-tasks/1"
 _TOP_FIELDS = {"format": str, "synthetic": bool, "description": str, "repository": str}
 _TASK_FIELDS = ("task_id", "query", "base_commit", "gold_files", "gold_functions")
 _GOLD_FIELDS = ("file", "name", "receiver", "start_line", "end_line")
-_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 class TaskFileError(ValueError):
@@ -183,7 +182,7 @@ def _check_task(record: object, index: int, out: _Problems) -> None:
     if "query" in record and (not isinstance(query, str) or not query.strip()):
         out.add(where, "query", f"must be a non-empty string, got {query!r}")
     base = record.get("base_commit")
-    if "base_commit" in record and (not isinstance(base, str) or not _COMMIT.fullmatch(base)):
+    if "base_commit" in record and not is_object_id(base):
         out.add(
             where,
             "base_commit",
