@@ -19,11 +19,29 @@ g() { GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 git --no-replace-objects
       -c core.hooksPath=/dev/null -c gpg.format=ssh -c gpg.ssh.program=ssh-keygen \
       -c gpg.program=false -c gpg.openpgp.program=false -c gpg.x509.program=false "$@"; }
 sha() { sha256sum | cut -d' ' -f1; }
+# A JSON document read as prereg reads it (prereg.records.documents), or refused: UTF-8
+# without a byte order mark, one document, no key twice in an object (jq keeps the last, a
+# streaming read sees both), no NaN or Infinity (jq would read them as null or a huge number).
+doc() {  # FILE NAME
+  local not="$2 is not JSON as prereg reads it" docs events huge
+  iconv -f UTF-8 -t UTF-8 "$1" > /dev/null 2>&1 || refuse "$not: it is not UTF-8"
+  [ "$(head -c 3 "$1" | od -An -tx1 | tr -d ' \n')" != efbbbf ] || refuse "$not: a byte order mark"
+  ! sed -E 's/"([^"\\]|\\.)*"//g; s/true|false|null//g; s/[0-9][eE]/0/g' "$1" | grep -q '[A-Za-z]' ||
+    refuse "$not: NaN or Infinity"
+  # documents, stream events of the first as read, numbers too large to be finite
+  read -r docs events huge < <(jq -sr '[length, ([.[0] | tostream] | length),
+    ([.[0] | .. | numbers | select(. >= 1.7976931348623157e308 or . <= -1.7976931348623157e308)] | length)]
+    | @tsv' "$1" 2>/dev/null) || refuse "$not: it does not parse"
+  [ "$docs" = 1 ] || refuse "$not: not one JSON document"
+  [ "$(jq -c --stream . "$1" | wc -l)" -eq "$events" ] || refuse "$not: a key given twice"
+  [ "$huge" = 0 ] || refuse "$not: a number too large to be finite"
+}
 
 # 1. The card: the repository, and the role files and plans at the freeze commit F.
 # A commit read from the card or a record is a full object id, never a ref, a short id or an
 # option handed to git.
 oid() { [[ "$1" =~ ^([0-9a-f]{40}|[0-9a-f]{64})$ ]] || refuse "$2 '$1' is not a full commit id"; }
+doc "$card" "the card"
 F=$(jq -er .freeze_commit "$card"); oid "$F" "the card's freeze commit"
 [ "$(jq -er .format "$card")" = prereg-registration/1 ] || refuse "not a registration card"
 g cat-file -e "$F^{commit}" 2>/dev/null || refuse "no freeze commit $F"
@@ -45,7 +63,10 @@ att="$run/attestation.intoto.jsonl"
 [ "$(wc -l < "$att")" -eq 2 ] || refuse "the attestation has not 2 lines"
 [ "$(tail -c 1 "$att" | od -An -tx1 | tr -d ' \n')" = 0a ] || refuse "the attestation's last line has no line feed"
 ! grep -q $'\r' "$att" || refuse "the attestation holds a carriage return"
-sed -n 1p "$att" | jq -er .payload | base64 -d > "$tmp/s1"
+for n in 1 2; do
+  sed -n "${n}p" "$att" > "$tmp/line$n"; doc "$tmp/line$n" "$id/attestation.intoto.jsonl:$n"
+  jq -r .payload "$tmp/line$n" | base64 -d > "$tmp/s$n"; doc "$tmp/s$n" "attestation line $n's statement"
+done
 C=$(jq -er '.predicate.buildDefinition.resolvedDependencies[] | select(.name == "source") | .digest.gitCommit' "$tmp/s1")
 oid "$C" "attestation line 1 names the source commit"
 g cat-file -e "$C^{commit}" 2>/dev/null || refuse "the attested commit $C is not in the repository"
@@ -121,9 +142,8 @@ n=0
 while read -r line; do
   n=$((n + 1))
   [ "$(jq -r .payloadType <<<"$line")" = application/vnd.in-toto+json ] || refuse "line $n: payloadType"
-  jq -r .payload <<<"$line" | base64 -d > "$tmp/payload$n"
-  len=$(wc -c < "$tmp/payload$n")
-  { printf 'DSSEv1 28 application/vnd.in-toto+json %d ' "$len"; cat "$tmp/payload$n"; } > "$tmp/pae"
+  len=$(wc -c < "$tmp/s$n")
+  { printf 'DSSEv1 28 application/vnd.in-toto+json %d ' "$len"; cat "$tmp/s$n"; } > "$tmp/pae"
   [ "$(jq '.signatures | length' <<<"$line")" -ge 1 ] || refuse "line $n is not signed"
   for k in $(seq 0 $(($(jq '.signatures | length' <<<"$line") - 1))); do
     keyid=$(jq -r ".signatures[$k].keyid" <<<"$line")
@@ -146,7 +166,7 @@ while read -r line; do
 done < "$att"
 
 # 5. The statements: prereg's types, this run id, exactly the documented parameters.
-s1=$tmp/payload1; s2=$tmp/payload2
+s1=$tmp/s1; s2=$tmp/s2
 [ "$(jq -r ._type "$s1")" = https://in-toto.io/Statement/v1 ] && [ "$(jq -r ._type "$s2")" = https://in-toto.io/Statement/v1 ] || refuse "_type"
 [ "$(jq -r .predicateType "$s1")" = https://slsa.dev/provenance/v1 ] || refuse "line 1 predicateType"
 [ "$(jq -r .predicateType "$s2")" = https://in-toto.io/attestation/test-result/v0.1 ] || refuse "line 2 predicateType"
@@ -165,7 +185,8 @@ odd=$(cd "$run" && find . ! -type f ! -type d -print -quit)
 (cd "$run" && find . -type f ! -path ./attestation.intoto.jsonl ! -path ./attestation.tsr | sed 's|^\./||' | LC_ALL=C sort) > "$tmp/files"
 jq -r '.subject[].name' "$s1" | LC_ALL=C sort > "$tmp/subjects"
 cmp -s "$tmp/files" "$tmp/subjects" || refuse "the run folder's files are not the attested subjects"
-jq -r '.subject[] | "\(.digest.sha256)  \(.name)"' "$s1" > "$tmp/sums"
+# Each name as ./NAME: sha256sum reads a file named "-" as its standard input otherwise.
+jq -r '.subject[] | "\(.digest.sha256)  ./\(.name)"' "$s1" > "$tmp/sums"
 (cd "$run" && sha256sum --quiet --strict -c "$tmp/sums" >/dev/null 2>&1) || refuse "a file changed after it was attested"
 
 # 7. The approval commit: signed by an approver, adding exactly the record the statement names.
@@ -177,9 +198,10 @@ rsha=$(g show "$C:$record" | sha)
 dep() { jq -r --arg n "$1" '.predicate.buildDefinition.resolvedDependencies[] | select(.name == $n) | .digest.sha256' "$s1"; }
 [ "$(dep "$record")" = "$rsha" ] || refuse "the attested approval record is not $record at C"
 [ "$(sha < "$run/approval.json")" = "$rsha" ] || refuse "approval.json is not the record at C"
+doc "$run/start.json" "$id/start.json"
+g show "$C:$record" > "$tmp/record"; doc "$tmp/record" "$record at C"
 [ "$(jq -r .approval_sha256 "$run/start.json")" = "$rsha" ] && [ "$(jq -r .source_commit "$run/start.json")" = "$C" ] ||
   refuse "start.json names another approval or commit"
-g show "$C:$record" > "$tmp/record"
 [ "$(jq -r .run_id "$tmp/record")" = "$id" ] || refuse "the record is for another run"
 stage=$(jq -r .predicate.buildDefinition.externalParameters.stage "$s1")
 [ "$(jq -r .stage "$tmp/record")" = "$stage" ] && [ "$(jq -r .stage "$run/start.json")" = "$stage" ] || refuse "another stage"
@@ -259,7 +281,7 @@ if [ "${4:-}" = --require-audit ]; then
   vsa=audits/$id.vsa.json
   [ "$(g diff-tree --no-commit-id --name-status -r --no-renames "$A^" "$A")" = "$(printf 'A\t%s' "$vsa")" ] ||
     refuse "the audit commit does more than add $vsa"
-  g show "$A:$vsa" > "$tmp/vsa"
+  g show "$A:$vsa" > "$tmp/vsa"; doc "$tmp/vsa" "$vsa"
   [ "$(jq -r .predicateType "$tmp/vsa")" = https://slsa.dev/verification_summary/v1 ] || refuse "not a verification summary"
   [ "$(jq -r '.predicate.inputAttestations[0].digest.sha256' "$tmp/vsa")" = "$(sha < "$att")" ] ||
     refuse "the signed audit summarises another attestation"

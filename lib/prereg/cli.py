@@ -535,8 +535,8 @@ def cmd_register(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.commands import signing
-    from prereg.proof.card import CardProblem
-    from prereg.proof.verify import COULD_NOT
+    from prereg.proof.card import CardProblem, NotACard
+    from prereg.proof.verify import COULD_NOT, REFUSED
 
     run_dir = Path(args.run_dir).absolute()
     root = Path(args.repo).absolute() if args.repo else None
@@ -545,6 +545,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             raise CardProblem(f"{args.run_dir} is not a run folder (runs/<run-id>)")
         root = root or gitrepo.toplevel(run_dir)
         verdict = signing.verify(root, run_dir, Path(args.card), require_audit=args.require_audit)
+    except NotACard as err:
+        print(f"verify {run_dir.name}: refused, 1 problem(s)\n  - {err}")
+        return REFUSED
     except (CardProblem, gitrepo.GitError) as err:
         print(f"verify {run_dir.name}: could not verify\n  - {err}")
         return COULD_NOT

@@ -12,7 +12,6 @@ change (:func:`prereg.proof.commits.role_history_problems`); a changed plan need
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 from prereg.base import gitrepo
@@ -20,7 +19,7 @@ from prereg.base.schema import MapOf, Optional, SchemaError, validate
 from prereg.proof.commits import role_problems, roles_at
 from prereg.proof.keys import role_path
 from prereg.proof.statement import repository_id
-from prereg.records import APPROVALS_DIR
+from prereg.records import APPROVALS_DIR, documents
 
 FORMAT = "prereg-registration/1"
 PLANS_DIR = "plans"
@@ -38,6 +37,12 @@ SCHEMA = {
 
 class CardProblem(ValueError):
     """A card that cannot be made or read; the message says what to do."""
+
+
+class NotACard(CardProblem):
+    """A card that was read and is not a registration card as prereg writes it: a verifier
+    given it refuses the run (the card's claim cannot hold), where a card it cannot read is
+    evidence it could not obtain."""
 
 
 def plan_files(root: Path, commit: str) -> dict[str, str]:
@@ -82,18 +87,20 @@ def read_root(path: Path) -> str:
 
 def load(path: Path) -> dict:
     try:
-        card = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise CardProblem(f"the card {path} cannot be read as JSON: {err}") from None
+        card = documents.loads(Path(path).read_bytes(), f"the card {path}")
+    except OSError as err:
+        raise CardProblem(f"the card {path} cannot be read: {err}") from None
+    except documents.NotJson as err:
+        raise NotACard(str(err)) from None
     if not isinstance(card, dict) or card.get("format") != FORMAT:
-        raise CardProblem(f"{path} is not a registration card (format {FORMAT})")
+        raise NotACard(f"{path} is not a registration card (format {FORMAT})")
     try:
         validate(card, SCHEMA, source=f"the card {path}")
     except SchemaError as err:
-        raise CardProblem(str(err)) from None
+        raise NotACard(str(err)) from None
     authority = card.get("timestamp_authority")
     if authority is not None and not authority["roots"]:
-        raise CardProblem(f"the card {path} names a timestamp authority with no root certificate")
+        raise NotACard(f"the card {path} names a timestamp authority with no root certificate")
     return card
 
 

@@ -10,11 +10,11 @@ openssl instead.
 from __future__ import annotations
 
 import base64
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from prereg.proof.keys import PublicKey, Signer, ed25519_blob
+from prereg.records import documents
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 
@@ -153,12 +153,9 @@ def parse_lines(data: bytes, where: str) -> list[dict]:
     envelopes = []
     for number, line in enumerate(text[:-1].split("\n") if text else [], 1):
         try:
-            envelope = json.loads(line)
-        except ValueError:
-            envelope = None
-        if not isinstance(envelope, dict):
-            raise SignatureProblem(f"{where}:{number} is not a JSON object")
-        envelopes.append(envelope)
+            envelopes.append(documents.loads_object(line.encode(), f"{where}:{number}"))
+        except documents.NotJson as err:
+            raise SignatureProblem(str(err)) from None
     return envelopes
 
 

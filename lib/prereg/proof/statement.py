@@ -11,7 +11,6 @@ dependency.
 from __future__ import annotations
 
 import hashlib
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from prereg.records import (
     SKIPPED,
     START_RECORD,
     approval_record,
+    documents,
 )
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -73,12 +73,11 @@ def rfc3339(stamp: str | None) -> str | None:
 
 def _json(path: Path) -> dict:
     try:
-        data = json.loads(Path(path).read_bytes())
-    except (OSError, ValueError) as err:
-        raise StatementProblem(f"{path} cannot be read as JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise StatementProblem(f"{path} is not a JSON object")
-    return data
+        return documents.loads_object(Path(path).read_bytes(), str(path))
+    except OSError as err:
+        raise StatementProblem(f"{path} cannot be read: {err}") from None
+    except documents.NotJson as err:
+        raise StatementProblem(str(err)) from None
 
 
 def repository_id(root: Path, commit: str) -> str:

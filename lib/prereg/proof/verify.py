@@ -25,7 +25,6 @@ docs/how-to/verify-a-run.md; the checks run both on the same runs.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,7 +49,7 @@ from prereg.proof.statement import (
     StatementProblem,
     subjects,
 )
-from prereg.records import APPROVAL_COPY, START_RECORD, approval_record, ledger
+from prereg.records import APPROVAL_COPY, START_RECORD, approval_record, documents, ledger
 from prereg.records.runs import RunFolder
 
 VERIFIED, REFUSED, COULD_NOT = 0, 1, 3
@@ -84,9 +83,9 @@ def _statement(env: dict, signers, number: int, verdict: Verdict) -> dict | None
         + ", ".join(f"{','.join(s.principals)} ({s.key.fingerprint})" for s in who)
     )
     try:
-        return json.loads(payload)
-    except ValueError:
-        verdict.problems.append(f"attestation line {number}: its statement is not JSON")
+        return documents.loads_object(payload, f"attestation line {number}'s statement")
+    except documents.NotJson as err:
+        verdict.problems.append(str(err))
         return None
 
 
@@ -131,10 +130,15 @@ def verify_run(
     # The runners file of the approval commit the statement names; that commit is found
     # from the unverified payload first, then everything is judged against it.
     try:
-        unverified = json.loads(dsse.payload_of(envelopes[0]))
+        unverified = documents.loads_object(
+            dsse.payload_of(envelopes[0]), "attestation line 1's statement"
+        )
         commit = _digest(
             unverified["predicate"]["buildDefinition"]["resolvedDependencies"], "source"
         )["gitCommit"]
+    except documents.NotJson as err:
+        verdict.problems.append(str(err))
+        return verdict
     except (dsse.SignatureProblem, ValueError, KeyError, TypeError):
         verdict.problems.append("attestation line 1 names no source commit")
         return verdict
@@ -251,9 +255,12 @@ def _judge_approval(root, folder, provenance, commit, card, verdict) -> None:
     if sha256_file(folder.folder / APPROVAL_COPY) != record_sha:
         problems.append(f"{run_id}/{APPROVAL_COPY} is not the approval record at {commit[:12]}")
     try:
-        start = json.loads((folder.folder / START_RECORD).read_bytes())
-        record = json.loads(record_bytes)
+        start = documents.load(folder.start, f"{run_id}/{START_RECORD}").value
+        record = documents.loads(record_bytes, f"{record_rel} at {commit[:12]}")
         plan_path, plan_sha = record["plan"]["path"], record["plan"]["sha256"]
+    except documents.NotJson as err:
+        problems.append(str(err))
+        return
     except (OSError, ValueError, KeyError, TypeError):
         problems.append(f"{record_rel} or {run_id}/{START_RECORD} cannot be read")
         return
@@ -348,7 +355,7 @@ def _judge_time(root, folder, record, commit, card, verdict) -> None:
         return
     what = ("approval record's", "run start's", "attestation's")
     try:
-        start = json.loads(folder.start.read_bytes())
+        start = documents.load(folder.start, f"{run_id}/{START_RECORD}").value
         tokens = (
             timestamp.decode(stamp.get("token"), f"the approval record's timestamp of {run_id}"),
             timestamp.decode(

@@ -14,7 +14,6 @@ says the stage was replayed and names the run's manifest as it is now
 from __future__ import annotations
 
 import hashlib
-import json
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,7 +25,14 @@ from prereg.proof import commits
 from prereg.proof.commits import role_history_problems, signed_by
 from prereg.proof.keys import AUDITORS
 from prereg.proof.statement import STATEMENT_TYPE, repository_id
-from prereg.records import ATTESTATION, MANIFEST, START_RECORD, ledger, signed_audit_record
+from prereg.records import (
+    ATTESTATION,
+    MANIFEST,
+    START_RECORD,
+    documents,
+    ledger,
+    signed_audit_record,
+)
 
 VSA = "https://slsa.dev/verification_summary/v1"
 VERIFIER_ID = "urn:prereg:verifier:audit:v1"
@@ -52,7 +58,7 @@ def summary(
     attestation = run_dir / ATTESTATION
     digest = {"sha256": hashlib.sha256(attestation.read_bytes()).hexdigest()}
     manifest = {"sha256": hashlib.sha256((run_dir / MANIFEST).read_bytes()).hexdigest()}
-    source = json.loads((run_dir / START_RECORD).read_bytes())["source_commit"]
+    source = documents.load(run_dir / START_RECORD).value["source_commit"]
     levels = [CLEAN_LEVEL] * clean
     if clean and replayed:
         levels.append(REPLAYED_LEVEL)
@@ -135,7 +141,7 @@ def replayed_verdict(root: Path, run_dir: Path) -> str | None:
     wrong, said = problems(root, run_id, attestation.read_bytes(), trusted)
     if wrong:
         return None
-    summary = json.loads(gitrepo.show_bytes(root, found, signed_audit_record(run_id)))
+    summary = documents.loads(gitrepo.show_bytes(root, found, signed_audit_record(run_id)), "")
     audited = {s.get("name"): s.get("digest") for s in summary.get("subject") or []}
     now = {"sha256": hashlib.sha256(manifest.read_bytes()).hexdigest()}
     if REPLAYED_LEVEL not in summary["predicate"].get("verifiedLevels", []):
@@ -162,12 +168,14 @@ def problems(root: Path, run_id: str, attestation: bytes, trusted: str) -> tuple
     if commits.beyond_adding(root, found, rel):
         wrong.append(f"the audit commit {found[:12]} does more than add {rel}")
     try:
-        vsa = json.loads(gitrepo.show_bytes(root, found, rel))
+        vsa = documents.loads(gitrepo.show_bytes(root, found, rel), f"{rel} at {found[:12]}")
         predicate = vsa["predicate"]
         attested = predicate["inputAttestations"][0]["digest"]["sha256"]
         result = predicate["verificationResult"]
         resource = predicate["resourceUri"]
         levels = predicate.get("verifiedLevels")
+    except documents.NotJson as err:
+        return [*wrong, str(err)], ""
     except (ValueError, KeyError, IndexError, TypeError, gitrepo.GitError):
         return [*wrong, f"{rel} at {found[:12]} is not a verification summary"], ""
     if vsa.get("predicateType") != VSA:

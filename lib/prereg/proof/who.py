@@ -3,7 +3,6 @@ own role files name them: what a report shows. Trust is ``prereg verify``'s, fro
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from prereg.base import gitrepo
@@ -11,7 +10,7 @@ from prereg.proof import dsse, timestamp
 from prereg.proof.commits import role_file, signature
 from prereg.proof.keys import APPROVERS, AUDITORS, RUN_NAMESPACE, RUNNERS, KeyProblem, signers_of
 from prereg.proof.vsa import signed_audit
-from prereg.records import ATTESTATION, START_RECORD, ledger, signed_audit_record
+from prereg.records import ATTESTATION, START_RECORD, documents, ledger, signed_audit_record
 from prereg.records.runs import RunFolder
 
 
@@ -35,7 +34,7 @@ def _attestation_row(root: Path, run_dir: Path, commit: str) -> str:
         return f"not checked here: {err}"
     except (dsse.SignatureProblem, KeyProblem, IndexError) as err:
         return f"not a runner's signature: {err}"
-    statement = json.loads(dsse.payload_of(first))
+    statement = documents.loads(dsse.payload_of(first), "attestation line 1")
     meta = statement["predicate"]["runDetails"]["metadata"]
     names = ", ".join(f"{','.join(s.principals)} ({s.key.fingerprint})" for s in who)
     return f"{names}; started {meta.get('startedOn')}, finished {meta.get('finishedOn')}"
@@ -45,8 +44,8 @@ def _time_row(run_dir: Path) -> str | None:
     """The times the approval's timestamp authority states, or None without one."""
     folder = RunFolder(run_dir)
     try:
-        stamp = json.loads(folder.approval_copy.read_bytes()).get("timestamp") or {}
-        start = json.loads(folder.start.read_bytes()).get("approval_timestamp")
+        stamp = documents.load(folder.approval_copy).value.get("timestamp") or {}
+        start = documents.load(folder.start).value.get("approval_timestamp")
     except (OSError, ValueError, AttributeError):
         return None
     if not stamp:
@@ -70,7 +69,7 @@ def _time_row(run_dir: Path) -> str | None:
 def signers(root: Path, run_dir: Path) -> list[tuple[str, str]]:
     """(what, who and when) of the approval, the run and the signed audit."""
     try:
-        commit = json.loads((Path(run_dir) / START_RECORD).read_bytes())["source_commit"]
+        commit = documents.load(Path(run_dir) / START_RECORD).value["source_commit"]
         rows = [("approved", _commit_row(root, commit, APPROVERS))]
     except (OSError, ValueError, KeyError, gitrepo.GitError):
         return [("approved", "unknown: the start record or its commit cannot be read")]
@@ -82,9 +81,8 @@ def signers(root: Path, run_dir: Path) -> list[tuple[str, str]]:
     if audit is None:
         rows.append(("audited", f"no signed audit ({ledger.signed_audit_ref(Path(run_dir).name)})"))
     else:
-        summary = json.loads(
-            gitrepo.show_bytes(root, audit, signed_audit_record(Path(run_dir).name))
-        )
+        rel = signed_audit_record(Path(run_dir).name)
+        summary = documents.loads(gitrepo.show_bytes(root, audit, rel), rel)
         predicate = summary.get("predicate") or {}
         rows.append(
             (
