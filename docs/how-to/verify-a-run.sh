@@ -19,6 +19,14 @@ g() { GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 git --no-replace-objects
       -c core.hooksPath=/dev/null -c gpg.format=ssh -c gpg.ssh.program=ssh-keygen \
       -c gpg.program=false -c gpg.openpgp.program=false -c gpg.x509.program=false "$@"; }
 sha() { sha256sum | cut -d' ' -f1; }
+# Checks of a JSON document in one jq program: each need(CONDITION; REASON) whose condition
+# fails prints its reason; the first is refused.
+NEED='def need(c; reason): if c then empty else reason end;'
+judge() {  # JQ-ARGUMENTS... : refuse the first reason the program prints
+  local reason
+  reason=$(jq -r "$@") || refuse "jq could not judge $*"
+  [ -z "$reason" ] || refuse "${reason%%$'\n'*}"
+}
 # A JSON document read as prereg reads it (prereg.records.documents), or refused: UTF-8
 # without a byte order mark, one document, no key twice in an object (jq keeps the last, a
 # streaming read sees both), no NaN or Infinity (jq would read them as null or a huge number).
@@ -42,14 +50,17 @@ doc() {  # FILE NAME
 # option handed to git.
 oid() { [[ "$1" =~ ^([0-9a-f]{40}|[0-9a-f]{64})$ ]] || refuse "$2 '$1' is not a full commit id"; }
 doc "$card" "the card"
-F=$(jq -er .freeze_commit "$card"); oid "$F" "the card's freeze commit"
-[ "$(jq -er .format "$card")" = prereg-registration/1 ] || refuse "not a registration card"
+judge "$NEED need(.format == \"prereg-registration/1\"; \"not a registration card\")" "$card"
+F=$(jq -r .freeze_commit "$card"); oid "$F" "the card's freeze commit"
 g cat-file -e "$F^{commit}" 2>/dev/null || refuse "no freeze commit $F"
-[ "$(g rev-list --max-parents=0 "$F" | tail -1)" = "$(jq -er .repository "$card")" ] || refuse "another repository"
+roles=()
 for role in approvers runners auditors; do
-  got=$( (g show "$F:.prereg/$role" 2>/dev/null || true) | sha)
-  [ "$got" = "$(jq -er ".roles.$role" "$card")" ] || refuse ".prereg/$role at F is not the card's"
+  roles+=(--arg "$role" "$( (g show "$F:.prereg/$role" 2>/dev/null || true) | sha)")
 done
+judge --arg root "$(g rev-list --max-parents=0 "$F" | tail -1)" "${roles[@]}" "$NEED
+  need(.repository == \$root; \"another repository\"),
+  (\"approvers\", \"runners\", \"auditors\") as \$r |
+    need(.roles[\$r] == \$ARGS.named[\$r]; \".prereg/\\(\$r) at F is not the card's\")" "$card"
 g ls-tree -r --name-only "$F" -- plans | grep '\.json$' | grep -v '^plans/approvals/' | sort |
   while read -r p; do printf '%s %s\n' "$p" "$(g show "$F:$p" | sha)"; done > "$tmp/plans"
 jq -r '.plans | to_entries | sort_by(.key)[] | "\(.key) \(.value)"' "$card" | cmp -s - "$tmp/plans" ||
@@ -137,20 +148,21 @@ role_history "$F" "$C"
 # 4. Each envelope: payloadType, and every signature by a runners key (keyid: its fingerprint,
 #    namespace prereg-run) over PAE, checked by openssl.
 g show "$C:.prereg/runners" > "$tmp/runners.file" 2>/dev/null || refuse "no .prereg/runners at $C"
-signers "$tmp/runners.file" ".prereg/runners at $C" > "$tmp/runners"
-n=0
-while read -r line; do
-  n=$((n + 1))
-  [ "$(jq -r .payloadType <<<"$line")" = application/vnd.in-toto+json ] || refuse "line $n: payloadType"
+signers "$tmp/runners.file" ".prereg/runners at $C" |
+  while read -r spaces key; do  # each key with its fingerprint, the keyid a signature names
+    echo "$spaces $key $(echo "ssh-ed25519 $key" | ssh-keygen -lf - | cut -d' ' -f2)"
+  done > "$tmp/runners"
+for n in 1 2; do
+  judge "$NEED need(.payloadType == \"application/vnd.in-toto+json\"; \"line $n: payloadType\"),
+    need(.signatures | type == \"array\" and length >= 1; \"line $n is not signed\")" "$tmp/line$n"
   len=$(wc -c < "$tmp/s$n")
   { printf 'DSSEv1 28 application/vnd.in-toto+json %d ' "$len"; cat "$tmp/s$n"; } > "$tmp/pae"
-  [ "$(jq '.signatures | length' <<<"$line")" -ge 1 ] || refuse "line $n is not signed"
-  for k in $(seq 0 $(($(jq '.signatures | length' <<<"$line") - 1))); do
-    keyid=$(jq -r ".signatures[$k].keyid" <<<"$line")
-    jq -r ".signatures[$k].sig" <<<"$line" | base64 -d > "$tmp/sig"
+  jq -r '.signatures[] | [.keyid, .sig] | @tsv' "$tmp/line$n" > "$tmp/signatures"
+  while IFS=$'\t' read -r keyid sig; do
+    base64 -d <<<"$sig" > "$tmp/sig"
     found=""
-    while read -r spaces key; do
-      [ "$(echo "ssh-ed25519 $key" | ssh-keygen -lf - | cut -d' ' -f2)" = "$keyid" ] || continue
+    while read -r spaces key print; do
+      [ "$print" = "$keyid" ] || continue
       case "$spaces" in any|only:prereg-run|only:prereg-run,*|only:*,prereg-run|only:*,prereg-run,*) ;;
         *) refuse "line $n: key $keyid may not sign runs" ;;
       esac
@@ -162,20 +174,21 @@ while read -r line; do
       found=1
     done < "$tmp/runners"
     [ -n "$found" ] || refuse "line $n: signed by $keyid, not a key of .prereg/runners"
-  done
-done < "$att"
+  done < "$tmp/signatures"
+done
 
 # 5. The statements: prereg's types, this run id, exactly the documented parameters.
 s1=$tmp/s1; s2=$tmp/s2
-[ "$(jq -r ._type "$s1")" = https://in-toto.io/Statement/v1 ] && [ "$(jq -r ._type "$s2")" = https://in-toto.io/Statement/v1 ] || refuse "_type"
-[ "$(jq -r .predicateType "$s1")" = https://slsa.dev/provenance/v1 ] || refuse "line 1 predicateType"
-[ "$(jq -r .predicateType "$s2")" = https://in-toto.io/attestation/test-result/v0.1 ] || refuse "line 2 predicateType"
-[ "$(jq -r .predicate.buildDefinition.buildType "$s1")" = urn:prereg:attestation:run:v1 ] || refuse "buildType"
-[ "$(jq -c '.predicate.buildDefinition.externalParameters | keys' "$s1")" = '["approval","pytestArgs","runId","stage","workers"]' ] ||
-  refuse "externalParameters"
-[ "$(jq -r .predicate.buildDefinition.externalParameters.runId "$s1")" = "$id" ] || refuse "the statement is for another run"
-[ "$(jq -r .predicate.runDetails.metadata.invocationId "$s1")" = "$id" ] || refuse "the statement is for another run"
-[ "$(jq -c .subject "$s2")" = "[{\"digest\":{\"gitCommit\":\"$C\"},\"name\":\"source\"}]" ] || refuse "line 2's subject"
+judge --arg id "$id" --arg c "$C" --slurpfile two "$s2" "$NEED
+  need(._type == \"https://in-toto.io/Statement/v1\" and \$two[0]._type == ._type; \"_type\"),
+  need(.predicateType == \"https://slsa.dev/provenance/v1\"; \"line 1 predicateType\"),
+  need(\$two[0].predicateType == \"https://in-toto.io/attestation/test-result/v0.1\"; \"line 2 predicateType\"),
+  (.predicate.buildDefinition | need(.buildType == \"urn:prereg:attestation:run:v1\"; \"buildType\"),
+    need(.externalParameters | keys == [\"approval\",\"pytestArgs\",\"runId\",\"stage\",\"workers\"];
+      \"externalParameters\"),
+    need(.externalParameters.runId == \$id; \"the statement is for another run\")),
+  need(.predicate.runDetails.metadata.invocationId == \$id; \"the statement is for another run\"),
+  need(\$two[0].subject == [{name: \"source\", digest: {gitCommit: \$c}}]; \"line 2's subject\")" "$s1"
 
 # 6. Every file of the run folder is a subject with its digest, and every subject a file; an
 #    entry that is neither a regular file nor a folder (a symbolic link) is refused, as prereg
