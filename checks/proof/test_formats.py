@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prereg.base.hashing import canonical_json
@@ -211,6 +211,7 @@ def test_a_card_of_another_shape_is_refused_naming_the_field(tmp_path, change, n
         cards.load(_write(path, {**GOOD_CARD, **change}))
 
 
+@settings(deadline=None)  # each example writes a file: a busy machine is slow, not wrong
 @given(st.sampled_from(sorted(cards.SCHEMA)))
 def test_every_card_field_is_checked(field):
     """A number where the card's schema wants a string, a map or an object."""

@@ -15,7 +15,6 @@ import pytest
 from prereg.proof import attest, dsse, verify
 from prereg.proof.witness import init
 from prereg.records import ledger
-from prereg.records.runs import RunFolder
 from support.toy import make_toy_repo, stage_spec
 
 pytestmark = [pytest.mark.software, pytest.mark.attack]
@@ -184,14 +183,13 @@ def test_a_symbolic_link_added_to_the_run_folder_is_refused_by_both_verifiers(wo
 
 def test_a_witness_url_that_looks_like_an_option_is_refused_and_never_run(world, tmp_path):
     """An approver's record naming the witness ``--upload-pack=PROGRAM``: git would run
-    PROGRAM on the verifier's machine if the url reached it as an option. prereg verify
-    refuses it by its form, as the plain commands do (``case "$url" in -*)``), and asks no
-    git: no program runs, and the verdict is a refusal, not "could not verify"."""
+    PROGRAM on the verifier's machine if the url reached it as an option. The judgement prereg
+    verify and the audit share refuses it by its form, as the plain commands do
+    (``case "$url" in -*)``), and asks no git: no program runs, and it is a refusal, not "could
+    not verify" (None). The whole chain is a case of the corpus
+    (options/the-witness-url/an-option)."""
     toy, _, _, _ = world
     ran = tmp_path / "program-ran"
-    record = {"witness": {"url": f"--upload-pack=touch {ran}"}}
-    verdict = verify.Verdict(RUN)
-    verify._judge_witness(toy.root, RunFolder(toy.run_dir(RUN)), record, {}, verdict)
-    assert verdict.code == verify.REFUSED and not verdict.could_not, verdict
-    assert "looks like an option" in verdict.problems[0]
+    found = verify.witness_disagrees(toy.root, f"--upload-pack=touch {ran}", RUN, b"{}")
+    assert found is not None and "looks like an option" in found[0], found
     assert not ran.exists()

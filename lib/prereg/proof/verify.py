@@ -4,29 +4,52 @@ It trusts the card and nothing the operator wrote after it: the role files at th
 freeze commit (and only the changes an approver signed since), git's signature check with
 ssh-keygen, and the signature of each statement. It never runs stage code and imports
 nothing of the science stack. The same checks, as plain commands, are in
-docs/how-to/verify-a-run.md; the checks run both on the same runs.
+docs/how-to/verify-a-run.sh; the conformance corpus (checks/support/corpus.py) holds both
+to the same outcome on every case.
 
-1. the card matches the repository at its freeze commit;
-2. each line of the attestation is signed by a key of the runners file, and its statement
-   is prereg's, for this run id;
-3. the approval commit it names is signed by an approver, adds exactly the approval record,
-   whose digest the statement carries; the record is for this run and stage, binds the plan
-   the card registers, and its anchor is the commit's parent;
-4. every file of the run folder is a subject with its digest, and every subject a file;
-5. git's record of the start and of the attestation, when the repository holds them, are
-   the run folder's;
-6. each required run verifies too;
-7. when the card names a timestamp authority, the approval names it and its three
-   timestamps hold in order (:mod:`prereg.proof.timestamp`);
-8. with ``require_audit``, an auditor signed a passing verification summary of this
-   attestation (:mod:`prereg.proof.vsa`).
+In the gate's and the audit's shape: :func:`gather` reads the chain once into a
+:class:`Chain` (every file, git answer and witness answer the checks need; nothing is read
+twice), and :data:`CHECKS` judges it, each check a function of the chain alone:
+
+1. ``card``: the card matches the repository at its freeze commit;
+2. ``attestation``: the run folder holds its attestation, two lines as prereg frames them;
+3. ``source-commit``: line 1 names the approval commit C by its full id, in the
+   repository, after the card's freeze commit; every role-file change since the freeze was
+   signed by an approver;
+4. ``runner-signatures``: each line is signed by a key of the runners file at C;
+5. ``statements``: prereg's statements, for this run id;
+6. ``subjects``: every file of the run folder is a subject with its digest, and every
+   subject a file;
+7. ``approval-signature``: C is signed by an approver (the gate's condition
+   approval-signature and the audit's check_approval_signature, one function:
+   :func:`prereg.proof.commits.approval_problems`, trusting the card here);
+8. ``approval-record``: C adds exactly the approval record, whose digest the statement,
+   ``approval.json`` and ``start.json`` carry; it is for this run and stage, its anchor is
+   C's parent and its plan the one attested and registered;
+9. ``witness``: the witness the card registers holds this start record
+   (:func:`witness_disagrees`, the audit's check_witness too);
+10. ``time``: with a timestamp authority on the card, the three timestamps hold in order
+    (:mod:`prereg.proof.timestamp`);
+11. ``refs``: git's records of the start, the attestation and its timestamp are the folder's
+    (the audit's check_refs and check_attestation judge them from the repository);
+12. ``required-runs``: each required run verifies too;
+13. ``audit`` (with ``require_audit``): an auditor signed a passing, replayed verification
+    summary of this attestation (:func:`prereg.proof.vsa.problems`; the gate and the report
+    take the same summary through :func:`prereg.proof.vsa.replayed_verdict`).
+
+Three outcomes: verified; refused, with every reason found; could not verify, only when
+evidence cannot be obtained (no cryptography library, a witness that does not answer).
+Evidence that exists and belongs to another run is a refusal.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 from prereg.base import gitrepo
 from prereg.base.hashing import sha256_file
@@ -49,7 +72,15 @@ from prereg.proof.statement import (
     StatementProblem,
     subjects,
 )
-from prereg.records import APPROVAL_COPY, START_RECORD, approval_record, documents, ledger
+from prereg.records import (
+    APPROVAL_COPY,
+    ATTESTATION,
+    ATTESTATION_TIMESTAMP,
+    START_RECORD,
+    approval_record,
+    documents,
+    ledger,
+)
 from prereg.records.runs import RunFolder
 
 VERIFIED, REFUSED, COULD_NOT = 0, 1, 3
@@ -69,24 +100,82 @@ class Verdict:
         return REFUSED if self.problems else VERIFIED
 
 
-def _statement(env: dict, signers, number: int, verdict: Verdict) -> dict | None:
-    try:
-        payload, who = dsse.verify(env, signers, RUN_NAMESPACE)
-    except dsse.NoCrypto as err:
-        verdict.could_not.append(str(err))
-        return None
-    except dsse.SignatureProblem as err:
-        verdict.problems.append(f"attestation line {number}: {err}")
-        return None
-    verdict.said.append(
-        f"attestation line {number} signed by "
-        + ", ".join(f"{','.join(s.principals)} ({s.key.fingerprint})" for s in who)
-    )
-    try:
-        return documents.loads_object(payload, f"attestation line {number}'s statement")
-    except documents.NotJson as err:
-        verdict.problems.append(str(err))
-        return None
+@dataclass(frozen=True)
+class Found:
+    """What one check finds: reasons to refuse, evidence it could not obtain, what holds."""
+
+    problems: tuple[str, ...] = ()
+    could_not: tuple[str, ...] = ()
+    said: tuple[str, ...] = ()
+
+
+def _refused(*problems: str) -> Found:
+    return Found(problems=problems)
+
+
+@dataclass(frozen=True)
+class Signed:
+    """A line of the attestation once its signatures were checked: the statement, or why not."""
+
+    statement: dict | None
+    problem: str | None = None
+    could_not: str | None = None
+    said: str | None = None
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Everything the checks judge, read once by :func:`gather` (a field is None when an
+    earlier link is missing, so that nothing is judged twice against a broken chain)."""
+
+    run_id: str
+    card: dict
+    card_problems: tuple[str, ...]
+    attestation: bytes | None = None  # None: the run folder holds none
+    framing_problem: str | None = None  # the attestation is not two lines as prereg writes them
+    envelopes: tuple[dict, ...] = ()
+    commit: str | None = None  # C, once it is a full id of a commit after the freeze
+    commit_problem: str | None = None
+    role_problems: tuple[str, ...] = ()  # role-file changes from the freeze to C
+    runners_problem: str | None = None
+    signed: tuple[Signed, ...] = ()  # each line, once C's runners judged its signatures
+    present: tuple[dict, ...] | None = None  # the run folder's subjects now
+    present_problem: str | None = None
+    signature_problems: tuple[str, ...] = ()  # of the approval commit C
+    beyond: tuple[str, ...] = ()  # what C changes other than adding the record
+    record: documents.Document | None = None  # the approval record at C
+    copy_sha256: str | None = None  # approval.json's
+    start: documents.Document | None = None  # start.json
+    read_problem: str | None = None  # the record or start.json cannot be read
+    parent: str | None = None  # C's parent
+    plan_sha256_at_commit: str | None = None
+    witness_found: tuple[str, ...] | None = None  # witness_disagrees; None: not asked or no answer
+    witness_asked: bool = False
+    commit_object: bytes | None = None  # C as git stores it (what the start's token covers)
+    committed_at: Any = None  # C's committer date
+    attestation_timestamp: bytes | None = None
+    recorded: tuple[tuple[str, str, bytes | None, bytes | None], ...] = ()  # ref, name, git, folder
+    required: tuple[tuple[str, str | None, Verdict | None], ...] = ()  # id, problem, verdict
+    audit: tuple[tuple[str, ...], str] | None = None  # vsa.problems; None: not required
+
+    @functools.cached_property
+    def provenance(self) -> dict | None:
+        return self.signed[0].statement if len(self.signed) == 2 else None
+
+    @functools.cached_property
+    def result(self) -> dict | None:
+        return self.signed[1].statement if len(self.signed) == 2 else None
+
+    @functools.cached_property
+    def deps(self) -> list:
+        try:
+            return list(self.provenance["predicate"]["buildDefinition"]["resolvedDependencies"])
+        except (KeyError, TypeError):
+            return []
+
+    @property
+    def statements_hold(self) -> bool:
+        return self.provenance is not None and self.result is not None
 
 
 def _digest(deps: list, name: str) -> dict:
@@ -96,100 +185,67 @@ def _digest(deps: list, name: str) -> dict:
     return {}
 
 
-def verify_run(
-    root: Path,
-    run_dir: Path,
-    card: dict,
-    *,
-    require_audit: bool = False,
-    _seen: frozenset = frozenset(),
-) -> Verdict:
-    """Every check of the module docstring for the run in ``run_dir`` (a folder of ``root``'s
-    ``runs/``), against ``card``."""
-    root, run_dir = Path(root), Path(run_dir)
-    run_id = run_dir.name
-    verdict = Verdict(run_id)
-    verdict.problems += cards.problems(root, card)
-    if verdict.problems:
-        return verdict
-    folder = RunFolder(run_dir)
-    if not folder.attestation.is_file():
-        verdict.problems.append(
-            f"{run_dir.name}/{folder.attestation.name} does not exist: the run wrote no attestation"
-        )
-        return verdict
-    try:
-        envelopes = dsse.read_lines(folder.attestation)
-    except dsse.SignatureProblem as err:
-        verdict.problems.append(str(err))
-        return verdict
-    if len(envelopes) != 2:
-        verdict.problems.append(f"the attestation has {len(envelopes)} lines, not 2")
-        return verdict
-
-    # The runners file of the approval commit the statement names; that commit is found
-    # from the unverified payload first, then everything is judged against it.
-    try:
-        unverified = documents.loads_object(
-            dsse.payload_of(envelopes[0]), "attestation line 1's statement"
-        )
-        commit = _digest(
-            unverified["predicate"]["buildDefinition"]["resolvedDependencies"], "source"
-        )["gitCommit"]
-    except documents.NotJson as err:
-        verdict.problems.append(str(err))
-        return verdict
-    except (dsse.SignatureProblem, ValueError, KeyError, TypeError):
-        verdict.problems.append("attestation line 1 names no source commit")
-        return verdict
-    if not gitrepo.is_object_id(commit):
-        verdict.problems.append(
-            f"attestation line 1 names the source commit {commit!r}, not a full commit id"
-        )
-        return verdict
-    if not gitrepo.commit_exists(root, commit):
-        verdict.problems.append(
-            f"the attested source commit {commit[:12]} is not in the repository"
-        )
-        return verdict
-    freeze = card["freeze_commit"]
-    if not gitrepo.is_ancestor(root, freeze, commit):
-        verdict.problems.append(
-            f"the run's approval commit {commit[:12]} does not follow the card's freeze commit "
-            f"{freeze[:12]}: the run is not of this registration (made before it, or elsewhere)"
-        )
-        return verdict
-    history = role_history_problems(root, freeze, commit)
-    if history:
-        verdict.problems += history
-        return verdict
-    runners = role_file(root, commit, RUNNERS)
-    try:
-        signers = signers_of(runners, RUNNERS)
-    except KeyProblem as err:
-        verdict.problems.append(str(err))
-        return verdict
-    provenance = _statement(envelopes[0], signers, 1, verdict)
-    result = _statement(envelopes[1], signers, 2, verdict)
-    if provenance is None or result is None:
-        return verdict
-    _judge_statements(root, folder, provenance, result, commit, verdict)
-    if verdict.problems:
-        return verdict
-    _judge_approval(root, folder, provenance, commit, card, verdict)
-    _judge_refs(root, folder, verdict)
-    _judge_required(root, run_dir, provenance, card, _seen | {run_id}, verdict)
-    if require_audit:
-        wrong, said = vsa.problems(root, run_id, folder.attestation.read_bytes(), freeze)
-        verdict.problems += wrong
-        if not wrong:
-            verdict.said.append(f"audit passed, {said}")
-    return verdict
+Check = Callable[[Chain], Found]
 
 
-def _judge_statements(root, folder, provenance, result, commit, verdict) -> None:
-    run_id = folder.folder.name
-    problems = verdict.problems
+@dataclass(frozen=True)
+class Judges:
+    """The gate condition and the audit checks that judge the fact a verify check judges (or
+    why none does)."""
+
+    check: str
+    gate: str | None = None
+    audit: tuple[str, ...] = ()
+
+
+def judges(check: str, *, gate: str | None = None, audit: tuple[str, ...] = ()):
+    def mark(function: Check) -> Check:
+        function.judges = Judges(check, gate, audit)  # type: ignore[attr-defined]
+        return function
+
+    return mark
+
+
+# -- the checks ----------------------------------------------------------------------------------
+
+
+@judges("card")
+def check_card(c: Chain) -> Found:
+    return Found(problems=c.card_problems)
+
+
+@judges("attestation", audit=("check_attestation",))
+def check_attestation(c: Chain) -> Found:
+    if c.card_problems:
+        return Found()
+    if c.attestation is None:
+        return _refused(f"{c.run_id}/{ATTESTATION} does not exist: the run wrote no attestation")
+    if c.framing_problem:
+        return _refused(c.framing_problem)
+    return Found()
+
+
+@judges("source-commit", audit=("check_history",))
+def check_source_commit(c: Chain) -> Found:
+    problems = ((c.commit_problem,) if c.commit_problem else ()) + c.role_problems
+    return Found(problems=problems + ((c.runners_problem,) if c.runners_problem else ()))
+
+
+@judges("runner-signatures", audit=("check_attestation",))
+def check_runner_signatures(c: Chain) -> Found:
+    return Found(
+        problems=tuple(s.problem for s in c.signed if s.problem),
+        could_not=tuple(s.could_not for s in c.signed if s.could_not),
+        said=tuple(s.said for s in c.signed if s.said),
+    )
+
+
+@judges("statements", audit=("check_attestation",))
+def check_statements(c: Chain) -> Found:
+    if not c.statements_hold:
+        return Found()
+    provenance, result, run_id = c.provenance, c.result, c.run_id
+    problems = []
     if provenance.get("_type") != STATEMENT_TYPE or result.get("_type") != STATEMENT_TYPE:
         problems.append(f"a statement's _type is not {STATEMENT_TYPE}")
     if provenance.get("predicateType") != PROVENANCE:
@@ -201,8 +257,7 @@ def _judge_statements(root, folder, provenance, result, commit, verdict) -> None
         external = definition["externalParameters"]
         invocation = provenance["predicate"]["runDetails"]["metadata"]["invocationId"]
     except (KeyError, TypeError):
-        problems.append("line 1 is not a SLSA provenance statement of prereg's")
-        return
+        return _refused(*problems, "line 1 is not a SLSA provenance statement of prereg's")
     if definition.get("buildType") != BUILD_TYPE:
         problems.append(f"line 1's buildType is not {BUILD_TYPE}")
     if sorted(external) != sorted(EXTERNAL_PARAMETERS):
@@ -214,89 +269,244 @@ def _judge_statements(root, folder, provenance, result, commit, verdict) -> None
             f"the statement is for run {external.get('runId')!r} (invocation {invocation!r}), "
             f"not for {run_id!r}: an attestation of another run"
         )
-    if result.get("subject") != [{"name": "source", "digest": {"gitCommit": commit}}]:
+    if result.get("subject") != [{"name": "source", "digest": {"gitCommit": c.commit}}]:
         problems.append("line 2's subject is not the source commit line 1 names")
-    try:
-        present = subjects(folder.folder)
-    except StatementProblem as err:
-        problems.append(str(err))
-        return
-    attested = {s.get("name"): s.get("digest") for s in provenance.get("subject") or []}
-    here = {s["name"]: s["digest"] for s in present}
+    return _refused(*problems)
+
+
+@judges("subjects", audit=("check_files", "check_attestation"))
+def check_subjects(c: Chain) -> Found:
+    if not c.statements_hold:
+        return Found()
+    if c.present_problem:
+        return _refused(c.present_problem)
+    attested = {s.get("name"): s.get("digest") for s in c.provenance.get("subject") or []}
+    here = {s["name"]: s["digest"] for s in c.present}
+    problems = []
     for name in sorted(set(attested) | set(here)):
         if name not in here:
-            problems.append(f"{run_id}/{name} is attested and missing")
+            problems.append(f"{c.run_id}/{name} is attested and missing")
         elif name not in attested:
-            problems.append(f"{run_id}/{name} is not attested: a file added after the run")
+            problems.append(f"{c.run_id}/{name} is not attested: a file added after the run")
         elif attested[name] != here[name]:
-            problems.append(f"{run_id}/{name} changed after it was attested")
-    if not problems:
-        verdict.said.append(f"{len(here)} file(s) of {run_id} as attested")
+            problems.append(f"{c.run_id}/{name} changed after it was attested")
+    return (
+        Found(problems=tuple(problems))
+        if problems
+        else Found(said=(f"{len(here)} file(s) of {c.run_id} as attested",))
+    )
 
 
-def _judge_approval(root, folder, provenance, commit, card, verdict) -> None:
-    problems = verdict.problems
-    run_id = folder.folder.name
-    deps = provenance["predicate"]["buildDefinition"]["resolvedDependencies"]
-    signature = approval_problems(root, commit, trusted=card["freeze_commit"])
-    problems += signature
-    record_rel = approval_record(run_id)
-    beyond = beyond_adding(root, commit, record_rel)
-    if beyond:
-        problems.append(
-            f"the approval commit {commit[:12]} does more than add {record_rel}: "
-            + "; ".join(beyond[:6])
+@judges("approval-signature", gate="approval-signature", audit=("check_approval_signature",))
+def check_approval_signature(c: Chain) -> Found:
+    if not c.statements_hold or c.commit is None:
+        return Found()
+    if c.signature_problems:
+        return Found(problems=c.signature_problems)
+    return Found(said=(f"approval {c.commit[:12]} signed by an approver",))
+
+
+@judges("approval-record", gate="clean-source", audit=("check_committed", "check_against_start"))
+def check_approval_record(c: Chain) -> Found:
+    if not c.statements_hold or c.commit is None:
+        return Found()
+    record_rel = approval_record(c.run_id)
+    if c.beyond:
+        return _refused(
+            f"the approval commit {c.commit[:12]} does more than add {record_rel}: "
+            + "; ".join(c.beyond[:6])
         )
-        return
-    record_bytes = gitrepo.show_bytes(root, commit, record_rel)
-    record_sha = hashlib.sha256(record_bytes).hexdigest()
-    if _digest(deps, record_rel).get("sha256") != record_sha:
+    if c.read_problem:
+        return _refused(c.read_problem)
+    if c.record is None or c.start is None:  # not gathered
+        return Found()
+    record, start, commit = c.record.value, c.start.value, c.commit
+    problems = []
+    if _digest(c.deps, record_rel).get("sha256") != c.record.sha256:
         problems.append(f"the attested approval record is not {record_rel} at {commit[:12]}")
-    if sha256_file(folder.folder / APPROVAL_COPY) != record_sha:
-        problems.append(f"{run_id}/{APPROVAL_COPY} is not the approval record at {commit[:12]}")
-    try:
-        start = documents.load(folder.start, f"{run_id}/{START_RECORD}").value
-        record = documents.loads(record_bytes, f"{record_rel} at {commit[:12]}")
-        plan_path, plan_sha = record["plan"]["path"], record["plan"]["sha256"]
-    except documents.NotJson as err:
-        problems.append(str(err))
-        return
-    except (OSError, ValueError, KeyError, TypeError):
-        problems.append(f"{record_rel} or {run_id}/{START_RECORD} cannot be read")
-        return
-    if start.get("approval_sha256") != record_sha or start.get("source_commit") != commit:
-        problems.append(f"{run_id}/{START_RECORD} names another approval or commit")
-    if record.get("run_id") != run_id:
+    if c.copy_sha256 != c.record.sha256:
+        problems.append(f"{c.run_id}/{APPROVAL_COPY} is not the approval record at {commit[:12]}")
+    if start.get("approval_sha256") != c.record.sha256 or start.get("source_commit") != commit:
+        problems.append(f"{c.run_id}/{START_RECORD} names another approval or commit")
+    if record.get("run_id") != c.run_id:
         problems.append(f"the approval record is for run {record.get('run_id')!r}")
-    stage = provenance["predicate"]["buildDefinition"]["externalParameters"].get("stage")
+    stage = c.provenance["predicate"]["buildDefinition"]["externalParameters"].get("stage")
     if record.get("stage") != stage or start.get("stage") != stage:
         problems.append(f"the approval record is for stage {record.get('stage')!r}, not {stage!r}")
-    if record.get("source_anchor") != gitrepo.git(root, "rev-parse", f"{commit}^").strip():
+    if record.get("source_anchor") != c.parent:
         problems.append("the approval record's source_anchor is not the approval commit's parent")
-    try:
-        at_commit = hashlib.sha256(gitrepo.show_bytes(root, commit, plan_path)).hexdigest()
-    except gitrepo.GitError:
-        at_commit = None
-    if not (plan_sha == at_commit == _digest(deps, plan_path).get("sha256")):
+    plan_path, plan_sha = record["plan"]["path"], record["plan"]["sha256"]
+    if not (plan_sha == c.plan_sha256_at_commit == _digest(c.deps, plan_path).get("sha256")):
         problems.append(
             f"the plan {plan_path} at {commit[:12]} is not the plan approved and attested"
         )
-    if card["plans"].get(plan_path) != plan_sha:
+    if c.card["plans"].get(plan_path) != plan_sha:
         problems.append(
             f"the plan {plan_path} the run approved is not the plan the card registers: a plan "
             "changed after registration needs a new card"
         )
-    if not signature:
-        verdict.said.append(f"approval {commit[:12]} signed by an approver; plan as registered")
-    _judge_witness(root, folder, record, card, verdict)
-    _judge_time(root, folder, record, commit, card, verdict)
+    return _refused(*problems) if problems else Found(said=("the plan as registered",))
+
+
+def _record_value(c: Chain) -> dict | None:
+    gathered = c.record is not None and c.start is not None and c.read_problem is None
+    return c.record.value if gathered else None
+
+
+@judges("witness", gate="witness", audit=("check_witness",))
+def check_witness(c: Chain) -> Found:
+    record = _record_value(c)
+    if record is None or not c.statements_hold:
+        return Found()
+    url = (record.get("witness") or {}).get("url")
+    if c.card.get("witness") and url != c.card["witness"]:
+        return _refused(
+            f"the card registers the witness {c.card['witness']} and the approval names "
+            f"{url or 'none'}: the witness was skipped"
+        )
+    if not url:
+        return Found()
+    if c.witness_found is None:
+        return Found(could_not=(f"the witness {ledger.shown_url(url)} cannot be asked",))
+    if c.witness_found:
+        return Found(problems=c.witness_found)
+    return Found(said=(f"the witness {ledger.shown_url(url)} holds this start of {c.run_id}",))
+
+
+@judges("time")
+def check_time(c: Chain) -> Found:
+    """The three timestamps of :mod:`prereg.proof.timestamp` hold under the card's authority,
+    in order with the approval commit's date."""
+    record = _record_value(c)
+    if record is None or not c.statements_hold:
+        return Found()
+    authority = c.card.get("timestamp_authority")
+    stamp = record.get("timestamp") or {}
+    if not authority:
+        if stamp:
+            return Found(
+                said=(("the run's timestamps are not checked: the card registers no timestamp "
+                      "authority"),)
+            )  # fmt: skip
+        return Found()
+    if stamp.get("url") != authority["url"]:
+        return _refused(
+            f"the card registers the timestamp authority {authority['url']} and the approval "
+            f"names {stamp.get('url') or 'none'}: the timestamps were skipped"
+        )
+    if c.attestation_timestamp is None:
+        return _refused(
+            f"{c.run_id}/{ATTESTATION_TIMESTAMP} does not exist: the attestation "
+            "was not timestamped"
+        )
+    what = ("approval record's", "run start's", "attestation's")
+    try:
+        tokens = (
+            timestamp.decode(stamp.get("token"), f"the approval record's timestamp of {c.run_id}"),
+            timestamp.decode(
+                c.start.value.get("approval_timestamp"), f"{c.run_id}/{START_RECORD}'s timestamp"
+            ),
+            c.attestation_timestamp,
+        )
+        data = (
+            timestamp.approval_data(c.run_id, record["source_anchor"]),
+            c.commit_object,
+            c.attestation,
+        )
+        times = [
+            timestamp.verified_time(token, over, authority["roots"], name)
+            for token, over, name in zip(tokens, data, what)
+        ]
+    except timestamp.NoTimestamps as err:
+        return Found(could_not=(str(err),))
+    except (timestamp.TimestampProblem, ValueError, KeyError, TypeError) as err:
+        return _refused(str(err))
+    approved, started, attested = times
+    order = timestamp.order_problems(approved, c.committed_at, started, attested)
+    if order:
+        return _refused(*order)
+    return Found(
+        said=(
+            (
+                f"by {authority['url']}'s clock: approved between {approved:%Y-%m-%dT%H:%M:%SZ} and "
+                f"{started:%Y-%m-%dT%H:%M:%SZ}, attested by {attested:%Y-%m-%dT%H:%M:%SZ}"
+            ),
+        )
+    )
+
+
+@judges("refs", audit=("check_refs", "check_attestation"))
+def check_refs(c: Chain) -> Found:
+    return _refused(
+        *(
+            f"{ref} records another {name} than {c.run_id}/{name}"
+            for ref, name, recorded, here in c.recorded
+            if recorded is not None and recorded != here
+        )
+    )
+
+
+@judges("required-runs", audit=("check_required_runs",))
+def check_required_runs(c: Chain) -> Found:
+    problems, could_not, said = [], [], []
+    for required, problem, inner in c.required:
+        if problem:
+            problems.append(problem)
+        elif inner is not None:
+            problems += [f"required run {required}: {p}" for p in inner.problems]
+            could_not += inner.could_not
+            if inner.code == VERIFIED:
+                said.append(f"the required run {required} verifies too")
+    return Found(tuple(problems), tuple(could_not), tuple(said))
+
+
+@judges("audit")
+def check_audit(c: Chain) -> Found:
+    if c.audit is None or c.card_problems or c.attestation is None:
+        return Found()
+    wrong, said = c.audit
+    return _refused(*wrong) if wrong else Found(said=(f"audit passed, {said}",))
+
+
+CHECKS: tuple[Check, ...] = (
+    check_card,
+    check_attestation,
+    check_source_commit,
+    check_runner_signatures,
+    check_statements,
+    check_subjects,
+    check_approval_signature,
+    check_approval_record,
+    check_witness,
+    check_time,
+    check_refs,
+    check_required_runs,
+    check_audit,
+)
+
+
+def judge(chain: Chain, checks: tuple[Check, ...] = CHECKS) -> Verdict:
+    """Every check of ``checks`` over ``chain``, folded into one verdict."""
+    verdict = Verdict(chain.run_id)
+    for check in checks:
+        found = check(chain)
+        verdict.problems += found.problems
+        verdict.could_not += found.could_not
+        verdict.said += found.said
+    return verdict
+
+
+# -- gathering -----------------------------------------------------------------------------------
 
 
 def witness_disagrees(root: Path, url: str, run_id: str, start: bytes) -> list[str] | None:
     """What the witness at ``url`` says against the run's start record ``start``: it holds
-    none, or another (a rerun); None when it cannot be asked."""
-    held, problem = ledger.witnessed_start(root, url, run_id)
+    none, or another (a rerun); an option-like url is refused by its form and never handed
+    to git; None when the witness cannot be asked."""
     shown = ledger.shown_url(url)
+    if url.startswith("-"):  # as the plain commands refuse it
+        return [f"the witness url {shown} looks like an option"]
+    held, problem = ledger.witnessed_start(root, url, run_id)
     if problem is not None:
         return None
     if held is None:
@@ -306,118 +516,201 @@ def witness_disagrees(root: Path, url: str, run_id: str, start: bytes) -> list[s
     return []
 
 
-def _judge_witness(root, folder, record, card, verdict) -> None:
-    run_id = folder.folder.name
-    url = (record.get("witness") or {}).get("url")
-    if card.get("witness") and url != card["witness"]:
-        verdict.problems.append(
-            f"the card registers the witness {card['witness']} and the approval names "
-            f"{url or 'none'}: the witness was skipped"
-        )
-        return
-    if not url:
-        return
-    if url.startswith("-"):  # as the plain commands refuse it: never handed to git
-        verdict.problems.append(f"the witness url {ledger.shown_url(url)} looks like an option")
-        return
-    found = witness_disagrees(root, url, run_id, folder.start.read_bytes())
-    if found is None:
-        verdict.could_not.append(f"the witness {ledger.shown_url(url)} cannot be asked")
-    elif found:
-        verdict.problems += found
-    else:
-        verdict.said.append(f"the witness {ledger.shown_url(url)} holds this start of {run_id}")
-
-
-def _judge_time(root, folder, record, commit, card, verdict) -> None:
-    """The three timestamps of :mod:`prereg.proof.timestamp` hold under the card's authority,
-    in order with the approval commit's date."""
-    authority = card.get("timestamp_authority")
-    stamp = record.get("timestamp") or {}
-    if not authority:
-        if stamp:
-            verdict.said.append(
-                "the run's timestamps are not checked: the card registers no timestamp authority"
-            )
-        return
-    if stamp.get("url") != authority["url"]:
-        verdict.problems.append(
-            f"the card registers the timestamp authority {authority['url']} and the approval "
-            f"names {stamp.get('url') or 'none'}: the timestamps were skipped"
-        )
-        return
-    run_id = folder.folder.name
-    if not folder.attestation_timestamp.is_file():
-        verdict.problems.append(
-            f"{run_id}/{folder.attestation_timestamp.name} does not exist: the attestation was "
-            "not timestamped"
-        )
-        return
-    what = ("approval record's", "run start's", "attestation's")
+def _source_commit(
+    root: Path, envelopes: tuple[dict, ...], freeze: str
+) -> tuple[str | None, str | None]:
+    """(C, None) from line 1's statement, read before its signature is checked (which runners
+    file judges it depends on C), or (None, why not)."""
     try:
-        start = documents.load(folder.start, f"{run_id}/{START_RECORD}").value
-        tokens = (
-            timestamp.decode(stamp.get("token"), f"the approval record's timestamp of {run_id}"),
-            timestamp.decode(
-                start.get("approval_timestamp"), f"{run_id}/{START_RECORD}'s timestamp"
-            ),
-            folder.attestation_timestamp.read_bytes(),
+        unverified = documents.loads_object(
+            dsse.payload_of(envelopes[0]), "attestation line 1's statement"
         )
-        data = (
-            timestamp.approval_data(run_id, record["source_anchor"]),
-            gitrepo.read_object(root, commit)[1],
-            folder.attestation.read_bytes(),
+        commit = _digest(
+            unverified["predicate"]["buildDefinition"]["resolvedDependencies"], "source"
+        )["gitCommit"]
+    except documents.NotJson as err:
+        return None, str(err)
+    except (dsse.SignatureProblem, ValueError, KeyError, TypeError):
+        return None, "attestation line 1 names no source commit"
+    if not gitrepo.is_object_id(commit):
+        return None, f"attestation line 1 names the source commit {commit!r}, not a full commit id"
+    if not gitrepo.commit_exists(root, commit):
+        return None, f"the attested source commit {commit[:12]} is not in the repository"
+    if not gitrepo.is_ancestor(root, freeze, commit):
+        return None, (
+            f"the run's approval commit {commit[:12]} does not follow the card's freeze commit "
+            f"{freeze[:12]}: the run is not of this registration (made before it, or elsewhere)"
         )
-        times = [
-            timestamp.verified_time(token, over, authority["roots"], name)
-            for token, over, name in zip(tokens, data, what)
-        ]
-    except timestamp.NoTimestamps as err:
-        verdict.could_not.append(str(err))
-        return
-    except (timestamp.TimestampProblem, OSError, ValueError, KeyError, TypeError) as err:
-        verdict.problems.append(str(err))
-        return
-    approved, started, attested = times
-    order = timestamp.order_problems(approved, committed_at(root, commit), started, attested)
-    verdict.problems += order
-    if not order:
-        verdict.said.append(
-            f"by {authority['url']}'s clock: approved between {approved:%Y-%m-%dT%H:%M:%SZ} and "
-            f"{started:%Y-%m-%dT%H:%M:%SZ}, attested by {attested:%Y-%m-%dT%H:%M:%SZ}"
-        )
+    return commit, None
 
 
-def _judge_refs(root, folder, verdict) -> None:
+def _signed(envelope: dict, signers, number: int) -> Signed:
+    try:
+        payload, who = dsse.verify(envelope, signers, RUN_NAMESPACE)
+    except dsse.NoCrypto as err:
+        return Signed(None, could_not=str(err))
+    except dsse.SignatureProblem as err:
+        return Signed(None, problem=f"attestation line {number}: {err}")
+    said = f"attestation line {number} signed by " + ", ".join(
+        f"{','.join(s.principals)} ({s.key.fingerprint})" for s in who
+    )
+    try:
+        statement = documents.loads_object(payload, f"attestation line {number}'s statement")
+    except documents.NotJson as err:
+        return Signed(None, problem=str(err), said=said)
+    return Signed(statement, said=said)
+
+
+def _read(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
+def gather(
+    root: Path,
+    run_dir: Path,
+    card: dict,
+    *,
+    require_audit: bool = False,
+    seen: frozenset = frozenset(),
+) -> Chain:
+    """The chain of the run in ``run_dir`` (a folder of ``root``'s ``runs/``) as the checks
+    judge it, against ``card``; each link read once, and none past a broken one."""
+    root, run_dir = Path(root), Path(run_dir)
+    run_id, folder = run_dir.name, RunFolder(run_dir)
+    chain = Chain(run_id, card, tuple(cards.problems(root, card)))
+    if chain.card_problems:
+        return chain
+    facts: dict[str, Any] = {"attestation": _read(folder.attestation)}
+    if facts["attestation"] is None:
+        return _with(chain, facts)
+    try:
+        envelopes = tuple(dsse.parse_lines(facts["attestation"], str(folder.attestation)))
+    except dsse.SignatureProblem as err:
+        return _with(chain, facts, framing_problem=str(err))
+    if len(envelopes) != 2:
+        return _with(
+            chain, facts, framing_problem=f"the attestation has {len(envelopes)} lines, not 2"
+        )
+    facts["envelopes"] = envelopes
+    freeze = card["freeze_commit"]
+    commit, problem = _source_commit(root, envelopes, freeze)
+    if commit is None:
+        return _with(chain, facts, commit_problem=problem)
+    facts["commit"] = commit
+    facts["role_problems"] = tuple(role_history_problems(root, freeze, commit))
+    if facts["role_problems"]:
+        return _with(chain, facts)
+    try:
+        signers = signers_of(role_file(root, commit, RUNNERS), RUNNERS)
+    except KeyProblem as err:
+        return _with(chain, facts, runners_problem=str(err))
+    facts["signed"] = tuple(_signed(env, signers, n) for n, env in enumerate(envelopes, 1))
+    if not all(s.statement is not None for s in facts["signed"]):
+        return _with(chain, facts)
+    try:
+        facts["present"] = tuple(subjects(folder.folder))
+    except StatementProblem as err:
+        facts["present_problem"] = str(err)
+    facts.update(_approval_facts(root, folder, commit, card))
+    facts["recorded"] = tuple(
+        (ref, path.name, ledger.read(root, ref), _read(path))
+        for ref, path in (
+            (ledger.start_ref(run_id), folder.start),
+            (ledger.attestation_ref(run_id), folder.attestation),
+            (ledger.attestation_timestamp_ref(run_id), folder.attestation_timestamp),
+        )
+    )
+    facts["attestation_timestamp"] = _read(folder.attestation_timestamp)
+    partial = _with(chain, facts)
+    facts["required"] = _required(root, run_dir, partial.deps, card, seen | {run_id})
+    if require_audit:
+        wrong, said = vsa.problems(root, run_id, facts["attestation"], freeze)
+        facts["audit"] = (tuple(wrong), said)
+    return _with(chain, facts)
+
+
+def _with(chain: Chain, facts: dict, **more: Any) -> Chain:
+    return dataclasses.replace(chain, **facts, **more)
+
+
+def _approval_facts(root: Path, folder: RunFolder, commit: str, card: dict) -> dict:
     run_id = folder.folder.name
-    for ref, path in (
-        (ledger.start_ref(run_id), folder.start),
-        (ledger.attestation_ref(run_id), folder.attestation),
-        (ledger.attestation_timestamp_ref(run_id), folder.attestation_timestamp),
-    ):
-        recorded = ledger.read(root, ref)
-        if recorded is not None and (not path.is_file() or recorded != path.read_bytes()):
-            verdict.problems.append(f"{ref} records another {path.name} than {run_id}/{path.name}")
+    record_rel = approval_record(run_id)
+    facts: dict[str, Any] = {
+        "signature_problems": tuple(approval_problems(root, commit, trusted=card["freeze_commit"])),
+        "beyond": tuple(beyond_adding(root, commit, record_rel)),
+        "parent": gitrepo.git(root, "rev-parse", f"{commit}^").strip(),
+        "commit_object": gitrepo.read_object(root, commit)[1],
+        "committed_at": committed_at(root, commit),
+    }
+    if facts["beyond"]:
+        return facts
+    try:
+        record = documents.read(
+            gitrepo.show_bytes(root, commit, record_rel), f"{record_rel} at {commit[:12]}"
+        )
+        start = documents.load(folder.start, f"{run_id}/{START_RECORD}")
+        plan_path, _ = record.value["plan"]["path"], record.value["plan"]["sha256"]
+    except documents.NotJson as err:
+        return {**facts, "read_problem": str(err), "record": None}
+    except (OSError, KeyError, TypeError, gitrepo.GitError):
+        return {**facts, "read_problem": f"{record_rel} or {run_id}/{START_RECORD} cannot be read"}
+    facts.update(
+        record=record, start=start, copy_sha256=_sha256_or_none(folder.folder / APPROVAL_COPY)
+    )
+    try:
+        facts["plan_sha256_at_commit"] = hashlib.sha256(
+            gitrepo.show_bytes(root, commit, plan_path)
+        ).hexdigest()
+    except gitrepo.GitError:
+        facts["plan_sha256_at_commit"] = None
+    url = (record.value.get("witness") or {}).get("url")
+    if url and not (card.get("witness") and url != card["witness"]):
+        facts["witness_found"] = _tuple_or_none(witness_disagrees(root, url, run_id, start.data))
+    return facts
 
 
-def _judge_required(root, run_dir, provenance, card, seen, verdict) -> None:
-    for dep in provenance["predicate"]["buildDefinition"]["resolvedDependencies"]:
-        name = dep.get("name") or ""
+def _sha256_or_none(path: Path) -> str | None:
+    return sha256_file(path) if path.is_file() else None
+
+
+def _tuple_or_none(found: list[str] | None) -> tuple[str, ...] | None:
+    return None if found is None else tuple(found)
+
+
+def _required(root: Path, run_dir: Path, deps: list, card: dict, seen: frozenset) -> tuple:
+    """Each run the statement names as required: (its id, why it is not the one attested,
+    its verdict)."""
+    found = []
+    for dep in deps:
+        name = (dep.get("name") if isinstance(dep, dict) else "") or ""
         if not name.startswith("run:"):
             continue
         required = name.rsplit("/", 1)[-1]
         if required in seen:
-            verdict.problems.append(f"run {required} requires itself")
+            found.append((required, f"run {required} requires itself", None))
             continue
         other = run_dir.parent / required
         manifest = RunFolder(other).manifest
-        if not manifest.is_file() or sha256_file(manifest) != dep["digest"].get("sha256"):
-            verdict.problems.append(
-                f"the required run {required}'s manifest is not the one attested"
+        if not manifest.is_file() or sha256_file(manifest) != (dep.get("digest") or {}).get(
+            "sha256"
+        ):
+            found.append(
+                (required, f"the required run {required}'s manifest is not the one attested", None)
             )
             continue
-        inner = verify_run(root, other, card, _seen=seen)
-        verdict.problems += [f"required run {required}: {p}" for p in inner.problems]
-        verdict.could_not += inner.could_not
-        if inner.code == VERIFIED:
-            verdict.said.append(f"the required run {required} verifies too")
+        found.append((required, None, verify_run(root, other, card, _seen=seen)))
+    return tuple(found)
+
+
+def verify_run(
+    root: Path,
+    run_dir: Path,
+    card: dict,
+    *,
+    require_audit: bool = False,
+    _seen: frozenset = frozenset(),
+) -> Verdict:
+    """Every check of :data:`CHECKS` for the run in ``run_dir`` (a folder of ``root``'s
+    ``runs/``), against ``card``."""
+    return judge(gather(root, run_dir, card, require_audit=require_audit, seen=_seen))
