@@ -7,19 +7,39 @@ made by hand."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
+from prereg.base.typed_settings import parse_as
 from prereg.decisions import gate
 from prereg.decisions.audit.checks import CHECKS as AUDIT_CHECKS
 from prereg.proof import verify
-from prereg.records import documents
+from prereg.records import formats
 
 pytestmark = pytest.mark.software
 
 RUN = "toy-20261207-001"
 COMMIT = "a" * 40
-CARD = {"freeze_commit": "f" * 40, "plans": {"plans/P.json": "p" * 64}}
+CARD = parse_as(formats.Card, {
+    "format": "prereg-registration/1", "repository": "r" * 40, "freeze_commit": "f" * 40,
+    "plans": {"plans/P.json": "p" * 64}, "roles": {},
+})  # fmt: skip
+APPROVAL = {
+    "format": "prereg-approval-1", "stage": "toy", "run_id": RUN,
+    "plan": {"path": "plans/P.json", "sha256": "p" * 64, "plan_id": "p-1"},
+    "baseline": {"path": "plans/BASELINE.json", "sha256": "b" * 64}, "source_anchor": "c" * 40,
+    "seed_namespace": None, "environment": {}, "deviations": [], "requires": {}, "inputs": {},
+    "approved_at": "2026-12-07T00:00:00Z", "approved_by": "someone",
+}  # fmt: skip
+START = {
+    "stage": "toy", "run_id": RUN, "started_at": "2026-12-07T00:00:01Z", "source_commit": COMMIT,
+    "plan_sha256": "p" * 64, "approval_sha256": "d" * 64,
+}  # fmt: skip
+
+
+def read(kind, value: dict) -> formats.Read:
+    return formats.loads(json.dumps(value).encode(), kind, kind.__name__)
 
 
 def chain(**facts) -> verify.Chain:
@@ -76,15 +96,18 @@ def _signed_chain(**facts) -> verify.Chain:
         "predicateType": verify.TEST_RESULT,
         "subject": [{"name": "source", "digest": {"gitCommit": COMMIT}}],
     }
-    signed = (verify.Signed(provenance, said="line 1"), verify.Signed(result, said="line 2"))
+    signed = (
+        verify.Signed(parse_as(formats.Provenance, provenance), said="line 1"),
+        verify.Signed(parse_as(formats.Statement, result), said="line 2"),
+    )
     present = ({"name": "a.json", "digest": {"sha256": "1" * 64}},)
     return chain(**{"attestation": b"two\n", "commit": COMMIT, "signed": signed,
                     "present": present, **facts})  # fmt: skip
 
 
 def test_a_witness_that_does_not_answer_is_could_not_verify_and_one_that_disagrees_refused():
-    record = documents.read(b'{"witness": {"url": "/w.git"}}', "record")
-    start = documents.read(b"{}", "start")
+    record = read(formats.Approval, {**APPROVAL, "witness": {"url": "/w.git"}})
+    start = read(formats.Start, START)
     silent = verify.check_witness(_signed_chain(record=record, start=start, witness_found=None))
     assert silent.could_not and not silent.problems
     rerun = verify.check_witness(
@@ -96,9 +119,11 @@ def test_a_witness_that_does_not_answer_is_could_not_verify_and_one_that_disagre
 def test_every_reason_is_given_not_the_first():
     """A statement for another run whose files changed: both reasons, from two checks."""
     signed = _signed_chain(present=({"name": "a.json", "digest": {"sha256": "2" * 64}},))
-    other = dict(signed.provenance)
-    other["predicate"] = {**other["predicate"]}
-    other["predicate"]["runDetails"] = {"metadata": {"invocationId": "toy-20261207-002"}}
+    run = dataclasses.replace(signed.provenance.predicate.run.metadata, invocation_id="other")
+    predicate = dataclasses.replace(
+        signed.provenance.predicate, run=formats.RunDetails(metadata=run)
+    )
+    other = dataclasses.replace(signed.provenance, predicate=predicate)
     broken = dataclasses.replace(signed, signed=(verify.Signed(other), signed.signed[1]))
     verdict = verify.judge(broken)
     assert any("another run" in p for p in verdict.problems), verdict.problems

@@ -14,6 +14,13 @@ from the plan's stage entry (typed by the subclass's annotation: redeclare
 
 ``X | None`` under ``from __future__ import annotations`` is read on Python 3.9 too (where
 ``typing.get_type_hints`` cannot evaluate it, the annotation is split at ``|`` here).
+
+The same parser reads prereg's records (:mod:`prereg.records.formats`), which need four
+things more: ``dict[str, X]`` (a JSON object of any keys, each value an ``X``); a field that
+may be absent, as distinct from null (:func:`absent`: its value is :data:`ABSENT`, falsy);
+a JSON name that is no Python name (:func:`named`: ``_type``, ``predicateType``); and an
+open record (:func:`rest`: a field that keeps every other key, as read). :func:`to_json` is
+the inverse of :func:`parse_as`.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from typing import Any, Callable, TypeVar, Union
 T = TypeVar("T")
 
 _BOUNDS = "prereg.bounds"
+_JSON_NAME = "prereg.json_name"
+_REST = "prereg.rest"
 # ``Optional[X]`` and, from Python 3.10, ``X | None`` (a types.UnionType).
 _UNIONS = (Union, getattr(types, "UnionType", Union))
 
@@ -51,6 +60,43 @@ class StageSettings:
 
 
 _STAGE_FIELDS = tuple(f.name for f in dataclasses.fields(StageSettings))
+
+
+class _Absent:
+    """The value of a field its JSON object does not hold (:func:`absent`)."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+
+
+def absent(**field_options: Any) -> Any:
+    """A field the JSON object may leave out (its value then :data:`ABSENT`, which
+    :func:`to_json` leaves out again); null is a value and needs ``Optional``."""
+    return dataclasses.field(default=ABSENT, **field_options)
+
+
+def named(json_name: str, **field_options: Any) -> Any:
+    """A field whose JSON name is ``json_name`` (``_type``, ``predicateType``)."""
+    metadata = {**field_options.pop("metadata", {}), _JSON_NAME: json_name}
+    return dataclasses.field(metadata=metadata, **field_options)
+
+
+def rest() -> Any:
+    """The field of an open record that keeps every key its other fields do not name."""
+    return dataclasses.field(default_factory=dict, metadata={_REST: True}, compare=False)
+
+
+def _json_name(f: dataclasses.Field) -> str:
+    return f.metadata.get(_JSON_NAME, f.name)
 
 
 def bounded(
@@ -155,6 +201,10 @@ def _parse(annotation: Any, value: Any, path: str) -> Any:
         if any(value == a and type(value) is type(a) for a in args):
             return value
         raise SettingsError(path, f"expected one of {list(args)}, got {_kind(value)}")
+    if origin in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise SettingsError(path, f"expected an object, got {_kind(value)}")
+        return {key: _parse(args[1], v, f"{path}.{key}") for key, v in value.items()}
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
             raise SettingsError(path, f"expected an array, got {_kind(value)}")
@@ -196,26 +246,30 @@ def _parse_dataclass(cls: type, value: Any, path: str, given: Mapping[str, Any] 
     if not isinstance(value, Mapping):
         raise SettingsError(path, f"expected an object, got {_kind(value)}")
     hints = _hints(cls)
-    fields = [f for f in dataclasses.fields(cls) if f.init and f.name not in given]
-    names = {f.name for f in fields}
+    every = [f for f in dataclasses.fields(cls) if f.init and f.name not in given]
+    kept = next((f for f in every if f.metadata.get(_REST)), None)
+    fields = [f for f in every if f is not kept]
+    names = {_json_name(f) for f in fields}
     unknown = sorted(set(value) - names)
-    if unknown:
+    if unknown and kept is None:
         raise SettingsError(path, f"unknown field(s) {unknown}; the fields are {sorted(names)}")
     missing = sorted(
-        f.name
+        _json_name(f)
         for f in fields
-        if f.name not in value
+        if _json_name(f) not in value
         and f.default is dataclasses.MISSING
         and f.default_factory is dataclasses.MISSING
     )
     if missing:
         raise SettingsError(path, f"missing field(s) {missing}")
     parsed = dict(given)
+    if kept is not None:
+        parsed[kept.name] = {key: value[key] for key in value if key not in names}
     for f in fields:
-        if f.name not in value:
+        if _json_name(f) not in value:
             continue
-        where = _field_path(path, f.name)
-        parsed[f.name] = _parse(hints[f.name], value[f.name], where)
+        where = _field_path(path, _json_name(f))
+        parsed[f.name] = _parse(hints[f.name], value[_json_name(f)], where)
         bounds = f.metadata.get(_BOUNDS)
         if bounds and parsed[f.name] is not None:
             problem = _bound_problem(parsed[f.name], bounds)
@@ -294,12 +348,37 @@ def parameters_of(settings: Any) -> dict:
     return plain(settings)
 
 
+def to_json(value: Any) -> Any:
+    """The JSON data ``value`` (a dataclass :func:`parse_as` made, or data) stands for:
+    ``parse_as(type(v), to_json(v)) == v``. Fields in their declared order under their JSON
+    names, an :data:`ABSENT` field left out, an open record's other keys after them."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        data: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            if f.metadata.get(_REST):
+                data.update({key: to_json(v) for key, v in item.items()})
+            elif item is not ABSENT:
+                data[_json_name(f)] = to_json(item)
+        return data
+    if isinstance(value, (tuple, list)):
+        return [to_json(v) for v in value]
+    if isinstance(value, Mapping):
+        return {key: to_json(v) for key, v in value.items()}
+    return value
+
+
 __all__ = [
+    "ABSENT",
     "SettingsError",
     "StageSettings",
+    "absent",
     "bounded",
     "field_tree",
+    "named",
     "parameters_of",
     "parse_as",
+    "rest",
     "settings_parser",
+    "to_json",
 ]

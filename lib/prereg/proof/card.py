@@ -2,37 +2,32 @@
 preregister, and all a verifier trusts.
 
 ``{"format", "repository", "freeze_commit", "plans": {path: sha256}, "roles": {role: sha256}}``
-(:data:`SCHEMA`, with the optional ``witness`` and ``timestamp_authority``): the
-repository's root commit, the commit that freezes the plans, the SHA-256 of every plan
-file under ``plans/`` at that commit (approvals excluded), and of each role file there. A
-role file that changes later counts only when an approver of the parent commit signed the
-change (:func:`prereg.proof.commits.role_history_problems`); a changed plan needs a new card.
+(:class:`prereg.records.formats.Card`, with the optional ``witness`` and
+``timestamp_authority``): the repository's root commit, the commit that freezes the plans,
+the SHA-256 of every plan file under ``plans/`` at that commit (approvals excluded), and of
+each role file there. A role file that changes later counts only when an approver of the
+parent commit signed the change (:func:`prereg.proof.commits.role_history_problems`); a
+changed plan needs a new card.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
 from prereg.base import gitrepo
-from prereg.base.schema import MapOf, Optional, SchemaError, validate
 from prereg.proof.commits import role_problems, roles_at
 from prereg.proof.keys import role_path
 from prereg.proof.statement import repository_id
-from prereg.records import APPROVALS_DIR, documents
+from prereg.records import APPROVALS_DIR, documents, formats
+from prereg.records.formats import Card
 
 FORMAT = "prereg-registration/1"
 PLANS_DIR = "plans"
-# Closed: a field it does not name is refused, and so is a field of another shape.
-SCHEMA = {
-    "format": str,
-    "repository": str,
-    "freeze_commit": str,
-    "plans": MapOf(str),
-    "roles": MapOf(str),
-    "witness": Optional(str),
-    "timestamp_authority": Optional({"url": str, "roots": [str]}),
-}
+# Closed (prereg.records.formats.Card): a field it does not name is refused, and so is a
+# field of another shape.
+FIELDS = tuple(f.name for f in dataclasses.fields(Card))
 
 
 class CardProblem(ValueError):
@@ -85,38 +80,36 @@ def read_root(path: Path) -> str:
     return text
 
 
-def load(path: Path) -> dict:
+def load(path: Path) -> Card:
     try:
-        card = documents.loads(Path(path).read_bytes(), f"the card {path}")
+        data = Path(path).read_bytes()
     except OSError as err:
         raise CardProblem(f"the card {path} cannot be read: {err}") from None
-    except documents.NotJson as err:
-        raise NotACard(str(err)) from None
-    if not isinstance(card, dict) or card.get("format") != FORMAT:
-        raise NotACard(f"{path} is not a registration card (format {FORMAT})")
     try:
-        validate(card, SCHEMA, source=f"the card {path}")
-    except SchemaError as err:
+        value = documents.loads(data, f"the card {path}")
+        if not isinstance(value, dict) or value.get("format") != FORMAT:
+            raise NotACard(f"{path} is not a registration card (format {FORMAT})")
+        card = formats.loads(data, Card, f"the card {path}").value
+    except (documents.NotJson, formats.NotARecord) as err:
         raise NotACard(str(err)) from None
-    authority = card.get("timestamp_authority")
-    if authority is not None and not authority["roots"]:
+    if card.timestamp_authority and not card.timestamp_authority.roots:
         raise NotACard(f"the card {path} names a timestamp authority with no root certificate")
     return card
 
 
-def problems(root: Path, card: dict) -> list[str]:
+def problems(root: Path, card: Card) -> list[str]:
     """Where the repository disagrees with the card at its freeze commit."""
-    freeze = card["freeze_commit"]
+    freeze = card.freeze_commit
     if not gitrepo.is_object_id(freeze):
         return [f"the card's freeze commit {freeze!r} is not a full commit id"]
     if not gitrepo.commit_exists(root, freeze):
         return [f"the repository has no commit {freeze} (the card's freeze commit)"]
     found = []
-    if repository_id(root, freeze) != card["repository"]:
-        found.append(f"the repository's root commit is not the card's {card['repository'][:12]}")
+    if repository_id(root, freeze) != card.repository:
+        found.append(f"the repository's root commit is not the card's {card.repository[:12]}")
     for role, data in roles_at(root, freeze).items():
-        if hashlib.sha256(data or b"").hexdigest() != card["roles"].get(role):
+        if hashlib.sha256(data or b"").hexdigest() != card.roles.get(role):
             found.append(f"{role_path(role)} at {freeze[:12]} is not the file the card registers")
-    if plan_files(root, freeze) != card["plans"]:
+    if plan_files(root, freeze) != card.plans:
         found.append(f"the plans at {freeze[:12]} are not the plans the card registers")
     return found

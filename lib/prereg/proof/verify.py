@@ -44,10 +44,8 @@ Evidence that exists and belongs to another run is a refusal.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -79,7 +77,17 @@ from prereg.records import (
     START_RECORD,
     approval_record,
     documents,
+    formats,
     ledger,
+)
+from prereg.records.formats import (
+    Approval,
+    BuildDefinition,
+    Card,
+    Provenance,
+    Read,
+    Start,
+    Statement,
 )
 from prereg.records.runs import RunFolder
 
@@ -117,7 +125,7 @@ def _refused(*problems: str) -> Found:
 class Signed:
     """A line of the attestation once its signatures were checked: the statement, or why not."""
 
-    statement: dict | None
+    statement: Any = None  # a Provenance (line 1) or a Statement (line 2)
     problem: str | None = None
     could_not: str | None = None
     said: str | None = None
@@ -129,7 +137,7 @@ class Chain:
     earlier link is missing, so that nothing is judged twice against a broken chain)."""
 
     run_id: str
-    card: dict
+    card: Card
     card_problems: tuple[str, ...]
     attestation: bytes | None = None  # None: the run folder holds none
     framing_problem: str | None = None  # the attestation is not two lines as prereg writes them
@@ -143,9 +151,9 @@ class Chain:
     present_problem: str | None = None
     signature_problems: tuple[str, ...] = ()  # of the approval commit C
     beyond: tuple[str, ...] = ()  # what C changes other than adding the record
-    record: documents.Document | None = None  # the approval record at C
+    record: Read[Approval] | None = None  # the approval record at C
     copy_sha256: str | None = None  # approval.json's
-    start: documents.Document | None = None  # start.json
+    start: Read[Start] | None = None  # start.json
     read_problem: str | None = None  # the record or start.json cannot be read
     parent: str | None = None  # C's parent
     plan_sha256_at_commit: str | None = None
@@ -158,31 +166,21 @@ class Chain:
     required: tuple[tuple[str, str | None, Verdict | None], ...] = ()  # id, problem, verdict
     audit: tuple[tuple[str, ...], str] | None = None  # vsa.problems; None: not required
 
-    @functools.cached_property
-    def provenance(self) -> dict | None:
+    @property
+    def provenance(self) -> Provenance | None:
         return self.signed[0].statement if len(self.signed) == 2 else None
 
-    @functools.cached_property
-    def result(self) -> dict | None:
+    @property
+    def result(self) -> Statement | None:
         return self.signed[1].statement if len(self.signed) == 2 else None
 
-    @functools.cached_property
-    def deps(self) -> list:
-        try:
-            return list(self.provenance["predicate"]["buildDefinition"]["resolvedDependencies"])
-        except (KeyError, TypeError):
-            return []
+    @property
+    def build(self) -> BuildDefinition | None:
+        return self.provenance.predicate.build if self.provenance is not None else None
 
     @property
     def statements_hold(self) -> bool:
         return self.provenance is not None and self.result is not None
-
-
-def _digest(deps: list, name: str) -> dict:
-    for dep in deps:
-        if isinstance(dep, dict) and dep.get("name") == name:
-            return dep.get("digest") or {}
-    return {}
 
 
 Check = Callable[[Chain], Found]
@@ -244,32 +242,28 @@ def check_runner_signatures(c: Chain) -> Found:
 def check_statements(c: Chain) -> Found:
     if not c.statements_hold:
         return Found()
-    provenance, result, run_id = c.provenance, c.result, c.run_id
+    provenance, result, run_id, build = c.provenance, c.result, c.run_id, c.build
     problems = []
-    if provenance.get("_type") != STATEMENT_TYPE or result.get("_type") != STATEMENT_TYPE:
+    if provenance.type != STATEMENT_TYPE or result.type != STATEMENT_TYPE:
         problems.append(f"a statement's _type is not {STATEMENT_TYPE}")
-    if provenance.get("predicateType") != PROVENANCE:
+    if provenance.predicate_type != PROVENANCE:
         problems.append(f"line 1's predicateType is not {PROVENANCE}")
-    if result.get("predicateType") != TEST_RESULT:
+    if result.predicate_type != TEST_RESULT:
         problems.append(f"line 2's predicateType is not {TEST_RESULT}")
-    try:
-        definition = provenance["predicate"]["buildDefinition"]
-        external = definition["externalParameters"]
-        invocation = provenance["predicate"]["runDetails"]["metadata"]["invocationId"]
-    except (KeyError, TypeError):
-        return _refused(*problems, "line 1 is not a SLSA provenance statement of prereg's")
-    if definition.get("buildType") != BUILD_TYPE:
+    if build.build_type != BUILD_TYPE:
         problems.append(f"line 1's buildType is not {BUILD_TYPE}")
-    if sorted(external) != sorted(EXTERNAL_PARAMETERS):
+    if sorted(build.external) != sorted(EXTERNAL_PARAMETERS):
         problems.append(
-            f"line 1's externalParameters hold {sorted(external)}, not {list(EXTERNAL_PARAMETERS)}"
+            f"line 1's externalParameters hold {sorted(build.external)}, not "
+            f"{list(EXTERNAL_PARAMETERS)}"
         )
-    if external.get("runId") != run_id or invocation != run_id:
+    invocation, named_run = provenance.predicate.run.metadata.invocation_id, build.run_id
+    if named_run != run_id or invocation != run_id:
         problems.append(
-            f"the statement is for run {external.get('runId')!r} (invocation {invocation!r}), "
+            f"the statement is for run {named_run!r} (invocation {invocation!r}), "
             f"not for {run_id!r}: an attestation of another run"
         )
-    if result.get("subject") != [{"name": "source", "digest": {"gitCommit": c.commit}}]:
+    if list(result.subject) != [{"name": "source", "digest": {"gitCommit": c.commit}}]:
         problems.append("line 2's subject is not the source commit line 1 names")
     return _refused(*problems)
 
@@ -280,7 +274,7 @@ def check_subjects(c: Chain) -> Found:
         return Found()
     if c.present_problem:
         return _refused(c.present_problem)
-    attested = {s.get("name"): s.get("digest") for s in c.provenance.get("subject") or []}
+    attested = {s.get("name"): s.get("digest") for s in c.provenance.subject}
     here = {s["name"]: s["digest"] for s in c.present}
     problems = []
     for name in sorted(set(attested) | set(here)):
@@ -320,27 +314,26 @@ def check_approval_record(c: Chain) -> Found:
         return _refused(c.read_problem)
     if c.record is None or c.start is None:  # not gathered
         return Found()
-    record, start, commit = c.record.value, c.start.value, c.commit
+    record, start, commit, build = c.record.value, c.start.value, c.commit, c.build
     problems = []
-    if _digest(c.deps, record_rel).get("sha256") != c.record.sha256:
+    if build.digest(record_rel).get("sha256") != c.record.sha256:
         problems.append(f"the attested approval record is not {record_rel} at {commit[:12]}")
     if c.copy_sha256 != c.record.sha256:
         problems.append(f"{c.run_id}/{APPROVAL_COPY} is not the approval record at {commit[:12]}")
-    if start.get("approval_sha256") != c.record.sha256 or start.get("source_commit") != commit:
+    if start.approval_sha256 != c.record.sha256 or start.source_commit != commit:
         problems.append(f"{c.run_id}/{START_RECORD} names another approval or commit")
-    if record.get("run_id") != c.run_id:
-        problems.append(f"the approval record is for run {record.get('run_id')!r}")
-    stage = c.provenance["predicate"]["buildDefinition"]["externalParameters"].get("stage")
-    if record.get("stage") != stage or start.get("stage") != stage:
-        problems.append(f"the approval record is for stage {record.get('stage')!r}, not {stage!r}")
-    if record.get("source_anchor") != c.parent:
+    if record.run_id != c.run_id:
+        problems.append(f"the approval record is for run {record.run_id!r}")
+    if record.stage != build.stage or start.stage != build.stage:
+        problems.append(f"the approval record is for stage {record.stage!r}, not {build.stage!r}")
+    if record.source_anchor != c.parent:
         problems.append("the approval record's source_anchor is not the approval commit's parent")
-    plan_path, plan_sha = record["plan"]["path"], record["plan"]["sha256"]
-    if not (plan_sha == c.plan_sha256_at_commit == _digest(c.deps, plan_path).get("sha256")):
+    plan_path, plan_sha = record.plan.path, record.plan.sha256
+    if not (plan_sha == c.plan_sha256_at_commit == build.digest(plan_path).get("sha256")):
         problems.append(
             f"the plan {plan_path} at {commit[:12]} is not the plan approved and attested"
         )
-    if c.card["plans"].get(plan_path) != plan_sha:
+    if c.card.plans.get(plan_path) != plan_sha:
         problems.append(
             f"the plan {plan_path} the run approved is not the plan the card registers: a plan "
             "changed after registration needs a new card"
@@ -348,7 +341,7 @@ def check_approval_record(c: Chain) -> Found:
     return _refused(*problems) if problems else Found(said=("the plan as registered",))
 
 
-def _record_value(c: Chain) -> dict | None:
+def _record_value(c: Chain) -> Approval | None:
     gathered = c.record is not None and c.start is not None and c.read_problem is None
     return c.record.value if gathered else None
 
@@ -358,10 +351,10 @@ def check_witness(c: Chain) -> Found:
     record = _record_value(c)
     if record is None or not c.statements_hold:
         return Found()
-    url = (record.get("witness") or {}).get("url")
-    if c.card.get("witness") and url != c.card["witness"]:
+    url = record.witness.url if record.witness else None
+    if c.card.witness and url != c.card.witness:
         return _refused(
-            f"the card registers the witness {c.card['witness']} and the approval names "
+            f"the card registers the witness {c.card.witness} and the approval names "
             f"{url or 'none'}: the witness was skipped"
         )
     if not url:
@@ -380,8 +373,7 @@ def check_time(c: Chain) -> Found:
     record = _record_value(c)
     if record is None or not c.statements_hold:
         return Found()
-    authority = c.card.get("timestamp_authority")
-    stamp = record.get("timestamp") or {}
+    authority, stamp = c.card.timestamp_authority, record.timestamp
     if not authority:
         if stamp:
             return Found(
@@ -389,10 +381,10 @@ def check_time(c: Chain) -> Found:
                       "authority"),)
             )  # fmt: skip
         return Found()
-    if stamp.get("url") != authority["url"]:
+    if not stamp or stamp.url != authority.url:
         return _refused(
-            f"the card registers the timestamp authority {authority['url']} and the approval "
-            f"names {stamp.get('url') or 'none'}: the timestamps were skipped"
+            f"the card registers the timestamp authority {authority.url} and the approval "
+            f"names {stamp.url if stamp else 'none'}: the timestamps were skipped"
         )
     if c.attestation_timestamp is None:
         return _refused(
@@ -402,19 +394,19 @@ def check_time(c: Chain) -> Found:
     what = ("approval record's", "run start's", "attestation's")
     try:
         tokens = (
-            timestamp.decode(stamp.get("token"), f"the approval record's timestamp of {c.run_id}"),
+            timestamp.decode(stamp.token, f"the approval record's timestamp of {c.run_id}"),
             timestamp.decode(
-                c.start.value.get("approval_timestamp"), f"{c.run_id}/{START_RECORD}'s timestamp"
+                c.start.value.approval_timestamp or None, f"{c.run_id}/{START_RECORD}'s timestamp"
             ),
             c.attestation_timestamp,
         )
         data = (
-            timestamp.approval_data(c.run_id, record["source_anchor"]),
+            timestamp.approval_data(c.run_id, record.source_anchor),
             c.commit_object,
             c.attestation,
         )
         times = [
-            timestamp.verified_time(token, over, authority["roots"], name)
+            timestamp.verified_time(token, over, list(authority.roots), name)
             for token, over, name in zip(tokens, data, what)
         ]
     except timestamp.NoTimestamps as err:
@@ -428,7 +420,7 @@ def check_time(c: Chain) -> Found:
     return Found(
         said=(
             (
-                f"by {authority['url']}'s clock: approved between {approved:%Y-%m-%dT%H:%M:%SZ} and "
+                f"by {authority.url}'s clock: approved between {approved:%Y-%m-%dT%H:%M:%SZ} and "
                 f"{started:%Y-%m-%dT%H:%M:%SZ}, attested by {attested:%Y-%m-%dT%H:%M:%SZ}"
             ),
         )
@@ -522,15 +514,15 @@ def _source_commit(
     """(C, None) from line 1's statement, read before its signature is checked (which runners
     file judges it depends on C), or (None, why not)."""
     try:
-        unverified = documents.loads_object(
-            dsse.payload_of(envelopes[0]), "attestation line 1's statement"
-        )
-        commit = _digest(
-            unverified["predicate"]["buildDefinition"]["resolvedDependencies"], "source"
-        )["gitCommit"]
+        unverified = formats.loads(
+            dsse.payload_of(envelopes[0]), Provenance, "attestation line 1's statement"
+        ).value
+        commit = unverified.predicate.build.digest("source").get("gitCommit")
     except documents.NotJson as err:
         return None, str(err)
-    except (dsse.SignatureProblem, ValueError, KeyError, TypeError):
+    except (dsse.SignatureProblem, formats.NotARecord, AttributeError):
+        commit = None
+    if commit is None:
         return None, "attestation line 1 names no source commit"
     if not gitrepo.is_object_id(commit):
         return None, f"attestation line 1 names the source commit {commit!r}, not a full commit id"
@@ -544,6 +536,10 @@ def _source_commit(
     return commit, None
 
 
+# The class each line's statement is read as, and what it must be.
+LINES = ((Provenance, "a SLSA provenance statement of prereg's"), (Statement, "a statement"))
+
+
 def _signed(envelope: dict, signers, number: int) -> Signed:
     try:
         payload, who = dsse.verify(envelope, signers, RUN_NAMESPACE)
@@ -554,10 +550,13 @@ def _signed(envelope: dict, signers, number: int) -> Signed:
     said = f"attestation line {number} signed by " + ", ".join(
         f"{','.join(s.principals)} ({s.key.fingerprint})" for s in who
     )
+    kind, what = LINES[number - 1]
     try:
-        statement = documents.loads_object(payload, f"attestation line {number}'s statement")
+        statement = formats.loads(payload, kind, f"attestation line {number}'s statement").value
     except documents.NotJson as err:
         return Signed(None, problem=str(err), said=said)
+    except formats.NotARecord as err:
+        return Signed(None, problem=f"line {number} is not {what}: {err}", said=said)
     return Signed(statement, said=said)
 
 
@@ -568,7 +567,7 @@ def _read(path: Path) -> bytes | None:
 def gather(
     root: Path,
     run_dir: Path,
-    card: dict,
+    card: Card,
     *,
     require_audit: bool = False,
     seen: frozenset = frozenset(),
@@ -576,43 +575,40 @@ def gather(
     """The chain of the run in ``run_dir`` (a folder of ``root``'s ``runs/``) as the checks
     judge it, against ``card``; each link read once, and none past a broken one."""
     root, run_dir = Path(root), Path(run_dir)
-    run_id, folder = run_dir.name, RunFolder(run_dir)
+    run_id, folder, freeze = run_dir.name, RunFolder(run_dir), card.freeze_commit
     chain = Chain(run_id, card, tuple(cards.problems(root, card)))
     if chain.card_problems:
         return chain
-    facts: dict[str, Any] = {"attestation": _read(folder.attestation)}
-    if facts["attestation"] is None:
-        return _with(chain, facts)
+    attestation = _read(folder.attestation)
+    chain = replace(chain, attestation=attestation)
+    if attestation is None:
+        return chain
     try:
-        envelopes = tuple(dsse.parse_lines(facts["attestation"], str(folder.attestation)))
+        envelopes = tuple(dsse.parse_lines(attestation, str(folder.attestation)))
     except dsse.SignatureProblem as err:
-        return _with(chain, facts, framing_problem=str(err))
+        return replace(chain, framing_problem=str(err))
     if len(envelopes) != 2:
-        return _with(
-            chain, facts, framing_problem=f"the attestation has {len(envelopes)} lines, not 2"
-        )
-    facts["envelopes"] = envelopes
-    freeze = card["freeze_commit"]
+        return replace(chain, framing_problem=f"the attestation has {len(envelopes)} lines, not 2")
     commit, problem = _source_commit(root, envelopes, freeze)
+    chain = replace(chain, envelopes=envelopes, commit=commit, commit_problem=problem)
     if commit is None:
-        return _with(chain, facts, commit_problem=problem)
-    facts["commit"] = commit
-    facts["role_problems"] = tuple(role_history_problems(root, freeze, commit))
-    if facts["role_problems"]:
-        return _with(chain, facts)
+        return chain
+    chain = replace(chain, role_problems=tuple(role_history_problems(root, freeze, commit)))
+    if chain.role_problems:
+        return chain
     try:
         signers = signers_of(role_file(root, commit, RUNNERS), RUNNERS)
     except KeyProblem as err:
-        return _with(chain, facts, runners_problem=str(err))
-    facts["signed"] = tuple(_signed(env, signers, n) for n, env in enumerate(envelopes, 1))
-    if not all(s.statement is not None for s in facts["signed"]):
-        return _with(chain, facts)
+        return replace(chain, runners_problem=str(err))
+    chain = replace(chain, signed=tuple(_signed(e, signers, n) for n, e in enumerate(envelopes, 1)))
+    if not chain.statements_hold:
+        return chain
     try:
-        facts["present"] = tuple(subjects(folder.folder))
+        chain = replace(chain, present=tuple(subjects(folder.folder)))
     except StatementProblem as err:
-        facts["present_problem"] = str(err)
-    facts.update(_approval_facts(root, folder, commit, card))
-    facts["recorded"] = tuple(
+        chain = replace(chain, present_problem=str(err))
+    chain = _approval(chain, root, folder)
+    recorded = tuple(
         (ref, path.name, ledger.read(root, ref), _read(path))
         for ref, path in (
             (ledger.start_ref(run_id), folder.start),
@@ -620,84 +616,81 @@ def gather(
             (ledger.attestation_timestamp_ref(run_id), folder.attestation_timestamp),
         )
     )
-    facts["attestation_timestamp"] = _read(folder.attestation_timestamp)
-    partial = _with(chain, facts)
-    facts["required"] = _required(root, run_dir, partial.deps, card, seen | {run_id})
-    if require_audit:
-        wrong, said = vsa.problems(root, run_id, facts["attestation"], freeze)
-        facts["audit"] = (tuple(wrong), said)
-    return _with(chain, facts)
-
-
-def _with(chain: Chain, facts: dict, **more: Any) -> Chain:
-    return dataclasses.replace(chain, **facts, **more)
-
-
-def _approval_facts(root: Path, folder: RunFolder, commit: str, card: dict) -> dict:
-    run_id = folder.folder.name
-    record_rel = approval_record(run_id)
-    facts: dict[str, Any] = {
-        "signature_problems": tuple(approval_problems(root, commit, trusted=card["freeze_commit"])),
-        "beyond": tuple(beyond_adding(root, commit, record_rel)),
-        "parent": gitrepo.git(root, "rev-parse", f"{commit}^").strip(),
-        "commit_object": gitrepo.read_object(root, commit)[1],
-        "committed_at": committed_at(root, commit),
-    }
-    if facts["beyond"]:
-        return facts
-    try:
-        record = documents.read(
-            gitrepo.show_bytes(root, commit, record_rel), f"{record_rel} at {commit[:12]}"
-        )
-        start = documents.load(folder.start, f"{run_id}/{START_RECORD}")
-        plan_path, _ = record.value["plan"]["path"], record.value["plan"]["sha256"]
-    except documents.NotJson as err:
-        return {**facts, "read_problem": str(err), "record": None}
-    except (OSError, KeyError, TypeError, gitrepo.GitError):
-        return {**facts, "read_problem": f"{record_rel} or {run_id}/{START_RECORD} cannot be read"}
-    facts.update(
-        record=record, start=start, copy_sha256=_sha256_or_none(folder.folder / APPROVAL_COPY)
+    chain = replace(
+        chain,
+        recorded=recorded,
+        attestation_timestamp=_read(folder.attestation_timestamp),
+        required=_required(root, run_dir, chain.build, card, seen | {run_id}),
     )
+    if require_audit:
+        wrong, said = vsa.problems(root, run_id, attestation, freeze)
+        chain = replace(chain, audit=(tuple(wrong), said))
+    return chain
+
+
+def _approval(chain: Chain, root: Path, folder: RunFolder) -> Chain:
+    """``chain`` with the approval commit's facts: its signature, what it changes, the record
+    it adds, the run's start and approval copy, the plan at C and the witness's answer."""
+    run_id, commit, card = chain.run_id, chain.commit, chain.card
+    record_rel = approval_record(run_id)
+    chain = replace(
+        chain,
+        signature_problems=tuple(approval_problems(root, commit, trusted=card.freeze_commit)),
+        beyond=tuple(beyond_adding(root, commit, record_rel)),
+        parent=gitrepo.git(root, "rev-parse", f"{commit}^").strip(),
+        commit_object=gitrepo.read_object(root, commit)[1],
+        committed_at=committed_at(root, commit),
+    )
+    if chain.beyond:
+        return chain
     try:
-        facts["plan_sha256_at_commit"] = hashlib.sha256(
-            gitrepo.show_bytes(root, commit, plan_path)
-        ).hexdigest()
+        record = formats.loads(
+            gitrepo.show_bytes(root, commit, record_rel), Approval, f"{record_rel} at {commit[:12]}"
+        )
+        start = formats.load(folder.start, Start, f"{run_id}/{START_RECORD}")
+    except (documents.NotJson, formats.NotARecord) as err:
+        return replace(chain, read_problem=str(err))
+    except (OSError, gitrepo.GitError):
+        return replace(
+            chain, read_problem=f"{record_rel} or {run_id}/{START_RECORD} cannot be read"
+        )
+    copy = folder.folder / APPROVAL_COPY
+    try:
+        plan = hashlib.sha256(gitrepo.show_bytes(root, commit, record.value.plan.path)).hexdigest()
     except gitrepo.GitError:
-        facts["plan_sha256_at_commit"] = None
-    url = (record.value.get("witness") or {}).get("url")
-    if url and not (card.get("witness") and url != card["witness"]):
-        facts["witness_found"] = _tuple_or_none(witness_disagrees(root, url, run_id, start.data))
-    return facts
+        plan = None
+    chain = replace(
+        chain,
+        record=record,
+        start=start,
+        copy_sha256=sha256_file(copy) if copy.is_file() else None,
+        plan_sha256_at_commit=plan,
+    )
+    witness = record.value.witness
+    if witness and not (card.witness and witness.url != card.witness):
+        found = witness_disagrees(root, witness.url, run_id, start.data)
+        chain = replace(chain, witness_found=None if found is None else tuple(found))
+    return chain
 
 
-def _sha256_or_none(path: Path) -> str | None:
-    return sha256_file(path) if path.is_file() else None
-
-
-def _tuple_or_none(found: list[str] | None) -> tuple[str, ...] | None:
-    return None if found is None else tuple(found)
-
-
-def _required(root: Path, run_dir: Path, deps: list, card: dict, seen: frozenset) -> tuple:
+def _required(
+    root: Path, run_dir: Path, build: BuildDefinition, card: Card, seen: frozenset
+) -> tuple:
     """Each run the statement names as required: (its id, why it is not the one attested,
     its verdict)."""
     found = []
-    for dep in deps:
-        name = (dep.get("name") if isinstance(dep, dict) else "") or ""
-        if not name.startswith("run:"):
+    for dep in build.dependencies:
+        if not (dep.name or "").startswith("run:"):
             continue
-        required = name.rsplit("/", 1)[-1]
+        required = dep.name.rsplit("/", 1)[-1]
         if required in seen:
             found.append((required, f"run {required} requires itself", None))
             continue
         other = run_dir.parent / required
         manifest = RunFolder(other).manifest
-        if not manifest.is_file() or sha256_file(manifest) != (dep.get("digest") or {}).get(
-            "sha256"
-        ):
-            found.append(
-                (required, f"the required run {required}'s manifest is not the one attested", None)
-            )
+        if not manifest.is_file() or sha256_file(manifest) != (dep.digest or {}).get("sha256"):
+            problem = f"the required run {required}'s manifest is not the one attested"
+            found.append((required, problem, None))
             continue
         found.append((required, None, verify_run(root, other, card, _seen=seen)))
     return tuple(found)
@@ -706,7 +699,7 @@ def _required(root: Path, run_dir: Path, deps: list, card: dict, seen: frozenset
 def verify_run(
     root: Path,
     run_dir: Path,
-    card: dict,
+    card: Card,
     *,
     require_audit: bool = False,
     _seen: frozenset = frozenset(),
