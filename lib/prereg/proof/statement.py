@@ -13,10 +13,12 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TypeVar
 
 import prereg
 from prereg.base import gitrepo
 from prereg.base.hashing import canonical_json, hashed_entry
+from prereg.base.typed_settings import to_json
 from prereg.records import (
     APPROVAL_COPY,
     ATTESTATION_FILES,
@@ -27,7 +29,12 @@ from prereg.records import (
     START_RECORD,
     approval_record,
     documents,
+    formats,
+    item_outcomes,
 )
+from prereg.records.formats import Approval, Manifest, Start
+
+T = TypeVar("T")
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PROVENANCE = "https://slsa.dev/provenance/v1"
@@ -71,12 +78,13 @@ def rfc3339(stamp: str | None) -> str | None:
     return when.strftime("%Y-%m-%dT%H:%M:%S") + f".{when.microsecond // 1000:03d}Z"
 
 
-def _json(path: Path) -> dict:
+def _read(path: Path, kind: type[T]) -> T:
+    """The record ``kind`` at ``path``, or StatementProblem."""
     try:
-        return documents.loads_object(Path(path).read_bytes(), str(path))
+        return formats.load(path, kind).value
     except OSError as err:
         raise StatementProblem(f"{path} cannot be read: {err}") from None
-    except documents.NotJson as err:
+    except (documents.NotJson, formats.NotARecord) as err:
         raise StatementProblem(str(err)) from None
 
 
@@ -103,72 +111,65 @@ def _shown(root: Path, commit: str, rel: str) -> bytes | None:
         return None
 
 
-def dependencies(root: Path, approval: dict, start: dict) -> list[dict]:
+def dependencies(root: Path, approval: Approval, start: Start) -> list[dict]:
     """``resolvedDependencies``: the approved commit, the plan, the approval record, the
     baseline, the inputs, the required runs, the interpreter, the environment lock and each
     locked distribution."""
-    commit = start["source_commit"]
-    record_rel = approval_record(approval["run_id"])
+    commit = start.source_commit
+    record_rel = approval_record(approval.run_id)
+    plan = approval.plan
     deps = [
         {
             "name": "source",
             "uri": f"git+prereg:{repository_id(root, commit)}",
             "digest": {"gitCommit": commit},
             "annotations": {
-                "sourceAnchor": approval["source_anchor"],
+                "sourceAnchor": approval.source_anchor,
                 "tree": gitrepo.commit_tree(root, commit),
             },
         },
-        _file_dependency(
-            approval["plan"]["path"],
-            _shown(root, commit, approval["plan"]["path"]),
-            root,
-            approval["plan"]["sha256"],
-        ),
-        _file_dependency(
-            record_rel, _shown(root, commit, record_rel), root, start["approval_sha256"]
-        ),
-        {
-            "name": approval["baseline"]["path"],
-            "digest": {"sha256": approval["baseline"]["sha256"]},
-        },
+        _file_dependency(plan.path, _shown(root, commit, plan.path), root, plan.sha256),
+        _file_dependency(record_rel, _shown(root, commit, record_rel), root, start.approval_sha256),
+        {"name": approval.baseline.path, "digest": {"sha256": approval.baseline.sha256}},
     ]
-    for name, bound in sorted((approval.get("inputs") or {}).items()):
-        digest = {"gitCommit": bound["commit"]} if bound.get("commit") else {}
-        if bound.get("sha256"):
-            digest["sha256"] = bound["sha256"]
+    for name, bound in sorted(approval.inputs.items()):
+        digest = {"gitCommit": bound.commit} if bound.commit else {}
+        if bound.sha256:
+            digest["sha256"] = bound.sha256
         deps.append(
-            {"name": f"input:{name}", "digest": digest, "annotations": {"kind": bound["kind"]}}
+            {"name": f"input:{name}", "digest": digest, "annotations": {"kind": bound.kind}}
         )
-    for name, required in sorted((approval.get("requires") or {}).items()):
+    for name, required in sorted(approval.requires.items()):
         deps.append(
             {
-                "name": f"run:{name}/{required['run_id']}",
-                "digest": {"sha256": required["manifest_sha256"]},
+                "name": f"run:{name}/{required.run_id}",
+                "digest": {"sha256": required.manifest_sha256},
             }
         )
-    lock = approval.get("environment_lock")
+    lock = approval.environment_lock
     if lock:
-        python = lock["python"]
+        python = lock.python
         deps.append(
             {
                 "name": "python",
-                "uri": f"pkg:generic/{python['implementation'].lower()}@{python['version']}",
-                "digest": {"sha256": python["executable_sha256"]},
+                "uri": f"pkg:generic/{python.implementation.lower()}@{python.version}",
+                "digest": {"sha256": python.executable_sha256},
             }
         )
         deps.append(
             {
                 "name": "environment-lock",
-                "digest": {"sha256": hashlib.sha256(canonical_json(lock).encode()).hexdigest()},
+                "digest": {
+                    "sha256": hashlib.sha256(canonical_json(to_json(lock)).encode()).hexdigest()
+                },
             }
         )
-        for dist, locked in sorted(lock["distributions"].items()):
+        for dist, locked in sorted(lock.distributions.items()):
             deps.append(
                 {
-                    "uri": f"pkg:pypi/{dist}@{locked['version']}",
-                    "digest": {RECORD_DIGEST: locked["record_sha256"]},
-                    "annotations": {"files": locked["files"]},
+                    "uri": f"pkg:pypi/{dist}@{locked.version}",
+                    "digest": {RECORD_DIGEST: locked.record_sha256},
+                    "annotations": {"files": locked.files},
                 }
             )
     return deps
@@ -177,10 +178,10 @@ def dependencies(root: Path, approval: dict, start: dict) -> list[dict]:
 def provenance(root: Path, run_dir: Path) -> dict:
     """Line 1: the SLSA Provenance v1 statement of the run in ``run_dir``."""
     run_dir = Path(run_dir)
-    start = _json(run_dir / START_RECORD)
-    approval = _json(run_dir / APPROVAL_COPY)
-    manifest = _json(run_dir / MANIFEST)
-    execution = (manifest.get("environment") or {}).get("execution") or {}
+    start = _read(run_dir / START_RECORD, Start)
+    approval = _read(run_dir / APPROVAL_COPY, Approval)
+    manifest = _read(run_dir / MANIFEST, Manifest)
+    snapshot = manifest.snapshot
     return {
         "_type": STATEMENT_TYPE,
         "subject": subjects(run_dir),
@@ -189,23 +190,21 @@ def provenance(root: Path, run_dir: Path) -> dict:
             "buildDefinition": {
                 "buildType": BUILD_TYPE,
                 "externalParameters": {
-                    "approval": approval_record(start["run_id"]),
-                    "pytestArgs": list(execution.get("argv") or [])[1:],
-                    "runId": start["run_id"],
-                    "stage": start["stage"],
-                    "workers": manifest.get("workers", 0),
+                    "approval": approval_record(start.run_id),
+                    "pytestArgs": list(manifest.execution.get("argv") or [])[1:],
+                    "runId": start.run_id,
+                    "stage": start.stage,
+                    "workers": manifest.workers or 0,
                 },
-                "internalParameters": {"snapshot": manifest.get("environment", {}).get("snapshot")}
-                if manifest.get("environment", {}).get("snapshot") is not None
-                else {},
+                "internalParameters": {"snapshot": snapshot} if snapshot is not None else {},
                 "resolvedDependencies": dependencies(root, approval, start),
             },
             "runDetails": {
                 "builder": {"id": BUILDER_ID, "version": {"prereg": prereg.__version__}},
                 "metadata": {
-                    "invocationId": start["run_id"],
-                    "startedOn": rfc3339(start["started_at"]),
-                    "finishedOn": rfc3339(manifest.get("ended_at")),
+                    "invocationId": start.run_id,
+                    "startedOn": rfc3339(start.started_at),
+                    "finishedOn": rfc3339(manifest.ended_at or None),
                 },
             },
         },
@@ -215,22 +214,19 @@ def provenance(root: Path, run_dir: Path) -> dict:
 def result_statement(run_dir: Path) -> dict:
     """Line 2: the Test Result v0.1 statement: each item and its outcome."""
     run_dir = Path(run_dir)
-    start = _json(run_dir / START_RECORD)
-    manifest = _json(run_dir / MANIFEST)
-    items = manifest.get("items") or []
-    outcome = {
-        i["nodeid"]: i.get("outcome") for i in items if isinstance(i, dict) and "nodeid" in i
-    }
+    start = _read(run_dir / START_RECORD, Start)
+    manifest = _read(run_dir / MANIFEST, Manifest)
+    outcome = dict(item_outcomes(manifest.items or ()))
     return {
         "_type": STATEMENT_TYPE,
-        "subject": [{"name": "source", "digest": {"gitCommit": start["source_commit"]}}],
+        "subject": [{"name": "source", "digest": {"gitCommit": start.source_commit}}],
         "predicateType": TEST_RESULT,
         "predicate": {
-            "result": "PASSED" if manifest.get("status") == COMPLETE else "FAILED",
+            "result": "PASSED" if manifest.status == COMPLETE else "FAILED",
             "configuration": [
                 {
-                    "name": approval_record(start["run_id"]),
-                    "digest": {"sha256": start["approval_sha256"]},
+                    "name": approval_record(start.run_id),
+                    "digest": {"sha256": start.approval_sha256},
                 }
             ],
             "passedTests": sorted(n for n, o in outcome.items() if o == PASSED),

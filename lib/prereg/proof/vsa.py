@@ -30,9 +30,11 @@ from prereg.records import (
     MANIFEST,
     START_RECORD,
     documents,
+    formats,
     ledger,
     signed_audit_record,
 )
+from prereg.records.formats import Start, Summary
 
 VSA = "https://slsa.dev/verification_summary/v1"
 VERIFIER_ID = "urn:prereg:verifier:audit:v1"
@@ -58,7 +60,7 @@ def summary(
     attestation = run_dir / ATTESTATION
     digest = {"sha256": hashlib.sha256(attestation.read_bytes()).hexdigest()}
     manifest = {"sha256": hashlib.sha256((run_dir / MANIFEST).read_bytes()).hexdigest()}
-    source = documents.load(run_dir / START_RECORD).value["source_commit"]
+    source = formats.load(run_dir / START_RECORD, Start).value.source_commit
     levels = [CLEAN_LEVEL] * clean
     if clean and replayed:
         levels.append(REPLAYED_LEVEL)
@@ -141,12 +143,12 @@ def replayed_verdict(root: Path, run_dir: Path) -> str | None:
     wrong, said = problems(root, run_id, attestation.read_bytes(), trusted)
     if wrong:
         return None
-    summary = documents.loads(gitrepo.show_bytes(root, found, signed_audit_record(run_id)), "")
-    audited = {s.get("name"): s.get("digest") for s in summary.get("subject") or []}
+    rel = signed_audit_record(run_id)
+    summary = formats.loads(gitrepo.show_bytes(root, found, rel), Summary, rel).value
     now = {"sha256": hashlib.sha256(manifest.read_bytes()).hexdigest()}
-    if REPLAYED_LEVEL not in summary["predicate"].get("verifiedLevels", []):
+    if REPLAYED_LEVEL not in summary.predicate.level_list:
         return None
-    if audited.get(MANIFEST) != now:
+    if summary.subject_digest(MANIFEST) != now:
         return None
     return f"an auditor replayed it and signed the audit ({said}, commit {found[:12]})"
 
@@ -168,17 +170,15 @@ def problems(root: Path, run_id: str, attestation: bytes, trusted: str) -> tuple
     if commits.beyond_adding(root, found, rel):
         wrong.append(f"the audit commit {found[:12]} does more than add {rel}")
     try:
-        vsa = documents.loads(gitrepo.show_bytes(root, found, rel), f"{rel} at {found[:12]}")
-        predicate = vsa["predicate"]
-        attested = predicate["inputAttestations"][0]["digest"]["sha256"]
-        result = predicate["verificationResult"]
-        resource = predicate["resourceUri"]
-        levels = predicate.get("verifiedLevels")
+        vsa = formats.loads(gitrepo.show_bytes(root, found, rel), Summary, f"{rel} at {found[:12]}")
+        predicate = vsa.value.predicate
+        attested = predicate.attested_sha256
     except documents.NotJson as err:
         return [*wrong, str(err)], ""
-    except (ValueError, KeyError, IndexError, TypeError, gitrepo.GitError):
+    except (formats.NotARecord, KeyError, IndexError, TypeError, gitrepo.GitError):
         return [*wrong, f"{rel} at {found[:12]} is not a verification summary"], ""
-    if vsa.get("predicateType") != VSA:
+    result, resource = predicate.result, predicate.resource_uri
+    if vsa.value.predicate_type != VSA:
         wrong.append(f"{rel}'s predicateType is not {VSA}")
     if attested != hashlib.sha256(attestation).hexdigest():
         wrong.append(f"{rel} summarises another attestation than runs/{run_id}'s")
@@ -186,8 +186,7 @@ def problems(root: Path, run_id: str, attestation: bytes, trusted: str) -> tuple
         wrong.append(f"{rel} is about {resource}, not run {run_id}")
     if result != "PASSED":
         wrong.append(f"{rel} says {result}: the auditor did not pass the run")
-    attested_levels = levels if isinstance(levels, list) else []
-    if not any(level in (REPLAYED_LEVEL, NO_REPLAY_LEVEL) for level in attested_levels):
+    if not any(level in (REPLAYED_LEVEL, NO_REPLAY_LEVEL) for level in predicate.level_list):
         wrong.append(
             f"{rel} does not say the stage was replayed ({REPLAYED_LEVEL}) nor that its kind "
             f"has no replay ({NO_REPLAY_LEVEL}): an audit without its replay attests hashes only"

@@ -10,7 +10,15 @@ from prereg.proof import dsse, timestamp
 from prereg.proof.commits import role_file, signature
 from prereg.proof.keys import APPROVERS, AUDITORS, RUN_NAMESPACE, RUNNERS, KeyProblem, signers_of
 from prereg.proof.vsa import signed_audit
-from prereg.records import ATTESTATION, START_RECORD, documents, ledger, signed_audit_record
+from prereg.records import (
+    ATTESTATION,
+    START_RECORD,
+    documents,
+    formats,
+    ledger,
+    signed_audit_record,
+)
+from prereg.records.formats import Approval, Provenance, Start, Summary
 from prereg.records.runs import RunFolder
 
 
@@ -34,23 +42,26 @@ def _attestation_row(root: Path, run_dir: Path, commit: str) -> str:
         return f"not checked here: {err}"
     except (dsse.SignatureProblem, KeyProblem, IndexError) as err:
         return f"not a runner's signature: {err}"
-    statement = documents.loads(dsse.payload_of(first), "attestation line 1")
-    meta = statement["predicate"]["runDetails"]["metadata"]
+    try:
+        statement = formats.loads(dsse.payload_of(first), Provenance, "attestation line 1").value
+    except (documents.NotJson, formats.NotARecord) as err:
+        return f"not a provenance statement of prereg's: {err}"
+    meta = statement.predicate.run.metadata
     names = ", ".join(f"{','.join(s.principals)} ({s.key.fingerprint})" for s in who)
-    return f"{names}; started {meta.get('startedOn')}, finished {meta.get('finishedOn')}"
+    return f"{names}; started {meta.started_on or None}, finished {meta.finished_on or None}"
 
 
 def _time_row(run_dir: Path) -> str | None:
     """The times the approval's timestamp authority states, or None without one."""
     folder = RunFolder(run_dir)
     try:
-        stamp = documents.load(folder.approval_copy).value.get("timestamp") or {}
-        start = documents.load(folder.start).value.get("approval_timestamp")
-    except (OSError, ValueError, AttributeError):
+        stamp = formats.load(folder.approval_copy, Approval).value.timestamp
+        start = formats.load(folder.start, Start).value.approval_timestamp or None
+    except (OSError, ValueError):
         return None
     if not stamp:
         return None
-    tokens = {"record": stamp.get("token"), "start": start}
+    tokens = {"record": stamp.token, "start": start}
     times = {}
     for name, token in tokens.items():
         try:
@@ -63,15 +74,15 @@ def _time_row(run_dir: Path) -> str | None:
         f"{name} {when:%Y-%m-%dT%H:%M:%SZ}" if when else f"{name} none"
         for name, when in times.items()
     )
-    return f"by {stamp.get('url')}: {shown} (prereg verify checks them under the card)"
+    return f"by {stamp.url}: {shown} (prereg verify checks them under the card)"
 
 
 def signers(root: Path, run_dir: Path) -> list[tuple[str, str]]:
     """(what, who and when) of the approval, the run and the signed audit."""
     try:
-        commit = documents.load(Path(run_dir) / START_RECORD).value["source_commit"]
+        commit = formats.load(Path(run_dir) / START_RECORD, Start).value.source_commit
         rows = [("approved", _commit_row(root, commit, APPROVERS))]
-    except (OSError, ValueError, KeyError, gitrepo.GitError):
+    except (OSError, ValueError, gitrepo.GitError):
         return [("approved", "unknown: the start record or its commit cannot be read")]
     rows.append(("ran", _attestation_row(root, run_dir, commit)))
     stamped = _time_row(run_dir)
@@ -82,15 +93,12 @@ def signers(root: Path, run_dir: Path) -> list[tuple[str, str]]:
         rows.append(("audited", f"no signed audit ({ledger.signed_audit_ref(Path(run_dir).name)})"))
     else:
         rel = signed_audit_record(Path(run_dir).name)
-        summary = documents.loads(gitrepo.show_bytes(root, audit, rel), rel)
-        predicate = summary.get("predicate") or {}
-        rows.append(
-            (
-                "audited",
-                (
-                    f"{_commit_row(root, audit, AUDITORS)}; {predicate.get('verificationResult')} "
-                    f"at {predicate.get('timeVerified')}"
-                ),
-            )
-        )
+        try:
+            predicate = formats.loads(
+                gitrepo.show_bytes(root, audit, rel), Summary, rel
+            ).value.predicate
+            said = f"{predicate.result} at {predicate.time_verified or None}"
+        except (ValueError, gitrepo.GitError) as err:
+            said = f"its summary cannot be read: {err}"
+        rows.append(("audited", f"{_commit_row(root, audit, AUDITORS)}; {said}"))
     return rows

@@ -110,6 +110,7 @@ __all__ = [
     "approval_record",
     "describe_amendment",
     "describe_disclosures",
+    "item_outcomes",
     "passed_whole_stage",
     "rehearsal_disclosure",
 ]
@@ -261,6 +262,11 @@ DISCLOSURE_SCHEMA = {
     # (absent: a rehearsal made before it was said)
     "run_would_refuse": Optional([str]),
 }
+
+
+def item_outcomes(items) -> list[tuple[str, object]]:
+    """(node id, outcome) of each item record of a manifest's ``items`` that names its node."""
+    return [(i["nodeid"], i.get("outcome")) for i in items if isinstance(i, dict) and "nodeid" in i]
 
 
 def passed_whole_stage(record: dict) -> bool:

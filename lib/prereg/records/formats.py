@@ -96,6 +96,34 @@ class InputBinding:
 
 
 @dataclass(frozen=True)
+class LockedPython:
+    executable: str
+    executable_sha256: str
+    version: str
+    implementation: str
+    prefix: str
+    base_prefix: str
+    sitecustomize_sha256: str = absent()
+    usercustomize_sha256: str = absent()
+
+
+@dataclass(frozen=True)
+class Distribution:
+    version: str
+    record_sha256: str
+    files: int
+    entries: dict[str, str] = absent()
+
+
+@dataclass(frozen=True)
+class EnvironmentLock:
+    """An environment lock (:data:`prereg.records.LOCK_SCHEMA`)."""
+
+    python: LockedPython
+    distributions: dict[str, Distribution]
+
+
+@dataclass(frozen=True)
 class Approval:
     """The approval record ``plans/approvals/<run-id>.json``
     (:data:`prereg.records.APPROVAL_SCHEMA`)."""
@@ -114,7 +142,7 @@ class Approval:
     approved_at: str
     approved_by: str
     extensions: dict[str, Any] = absent()
-    environment_lock: dict[str, Any] = absent()
+    environment_lock: EnvironmentLock = absent()
     witness: Witness = absent()
     timestamp: Stamp = absent()
     rehearsals: tuple[dict[str, Any], ...] = absent()
@@ -137,6 +165,30 @@ class Start:
     approval_sha256: str
     approval_timestamp: str = absent()
     other: dict[str, Any] = rest()
+
+
+# -- the manifest ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A run's ``manifest.json``, read for what the attestation states of it (open: its
+    schema in :mod:`prereg.records` is the audit's)."""
+
+    status: str = absent()
+    workers: int = absent()
+    ended_at: str | None = absent()
+    environment: dict[str, Any] = absent()
+    items: tuple[Any, ...] = absent()
+    other: dict[str, Any] = rest()
+
+    @property
+    def execution(self) -> dict[str, Any]:
+        return (self.environment or {}).get("execution") or {}
+
+    @property
+    def snapshot(self) -> Any:
+        return (self.environment or {}).get("snapshot")
 
 
 # -- the registration card ----------------------------------------------------------------------
@@ -199,6 +251,8 @@ class BuildDefinition:
 @dataclass(frozen=True)
 class Metadata:
     invocation_id: str = named("invocationId")
+    started_on: str | None = named("startedOn", default=ABSENT)
+    finished_on: str | None = named("finishedOn", default=ABSENT)
     other: dict[str, Any] = rest()
 
 
@@ -237,15 +291,58 @@ class Provenance:
     other: dict[str, Any] = rest()
 
 
+@dataclass(frozen=True)
+class SummaryPredicate:
+    """A SLSA Verification Summary v1 predicate: the fields a verifier judges, read as loosely
+    as the plain commands' jq reads them."""
+
+    resource_uri: Any = named("resourceUri")
+    input_attestations: Any = named("inputAttestations")
+    result: Any = named("verificationResult")
+    levels: Any = named("verifiedLevels", default=ABSENT)
+    time_verified: Any = named("timeVerified", default=ABSENT)
+    other: dict[str, Any] = rest()
+
+    @property
+    def level_list(self) -> list:
+        """The verified levels when they are a list (as jq's ``arrays`` reads them), else none."""
+        return self.levels if isinstance(self.levels, (list, tuple)) else []
+
+    @property
+    def attested_sha256(self) -> Any:
+        """The SHA-256 of the first input attestation (a KeyError, IndexError or TypeError
+        when it names none)."""
+        return self.input_attestations[0]["digest"]["sha256"]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A signed audit's ``audits/<run-id>.vsa.json``: a Statement v1 with the summary."""
+
+    predicate: SummaryPredicate
+    type: Any = named("_type", default=ABSENT)
+    subject: Any = ()
+    predicate_type: Any = named("predicateType", default=ABSENT)
+    other: dict[str, Any] = rest()
+
+    def subject_digest(self, name: str) -> Any:
+        subjects = self.subject if isinstance(self.subject, list) else []
+        named_so = (s for s in subjects if isinstance(s, dict) and s.get("name") == name)
+        return next((s.get("digest") for s in named_so), None)
+
+
 __all__ = [
     "ABSENT",
     "Approval",
     "Card",
+    "EnvironmentLock",
+    "Manifest",
     "NotARecord",
     "Provenance",
     "Read",
     "Start",
     "Statement",
+    "Summary",
     "load",
     "loads",
 ]
