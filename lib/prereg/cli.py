@@ -266,14 +266,15 @@ def _sign_audit(root: Path, run_dir: Path, result, args: argparse.Namespace) -> 
     # loaded by the command that uses it, so `prereg --help` stays light
     from prereg.base import gitrepo
     from prereg.proof import vsa
-    from prereg.records import ATTESTATION, MANIFEST, START_RECORD, ledger
+    from prereg.records import ATTESTATION, MANIFEST, START_RECORD, formats, ledger
+    from prereg.records.formats import Start
     from prereg.records.verdicts import code_identity
 
     for name in (ATTESTATION, MANIFEST, START_RECORD):
         if not (run_dir / name).is_file():  # a named pipe is no file: never read
             return f"prereg audit --sign: refused: {run_dir.name} has no {name} to summarise"
     try:
-        source = json.loads((run_dir / START_RECORD).read_bytes())["source_commit"]
+        source = formats.load(run_dir / START_RECORD, Start).value.source_commit
         statement = vsa.summary(
             root,
             run_dir,

@@ -47,9 +47,12 @@ from prereg.records import (
     RUN_ID_PATTERN,
     STAGE_NAME,
     approval_record,
+    documents,
+    formats,
     ledger,
     passed_whole_stage,
 )
+from prereg.records.formats import Start
 from prereg.records.runs import (
     COMPLETE,
     RunFolder,
@@ -122,7 +125,7 @@ def stage_rehearsals(root: Path, stage: str) -> list[dict]:
     for name, data in ledger.rehearsal_disclosures(root, stage).items():
         ref = ledger.rehearsal_ref(stage, name)
         try:
-            value = json.loads(data)
+            value = documents.loads(data, ref)
             validate(value, DISCLOSURE_SCHEMA, source=ref)
         except ValueError as err:  # SchemaError is a ValueError
             raise ApprovalError(
@@ -210,9 +213,11 @@ def spent_approvals(root: Path, stage: str, known: set[str]) -> list[Approval]:
         if match is None or match["stage"] != stage or run_id in known:
             continue
         try:
-            start = json.loads(ledger.read(root, ledger.start_ref(run_id)) or b"{}")
-            data = gitrepo.show_bytes(root, start["source_commit"], approval_record(run_id))
-            record = json.loads(data)
+            start = formats.loads(
+                ledger.read(root, ledger.start_ref(run_id)) or b"{}", Start, run_id
+            ).value
+            data = gitrepo.show_bytes(root, start.source_commit, approval_record(run_id))
+            record = documents.loads(data, approval_record(run_id))
             validate(
                 record, APPROVAL_SCHEMA, source=f"{approval_record(run_id)} at its run's commit"
             )

@@ -49,6 +49,7 @@ from prereg.records import (
     MANIFEST_FORMAT,
     UNKNOWN,
     approval_record,
+    documents,
 )
 from prereg.records.runs import RunFolder, RunLayout
 
@@ -223,8 +224,8 @@ def read_item_log(run_dir: Path) -> tuple[list[dict], list[str]]:
         torn = number == len(lines)  # after the last newline: no newline of its own
         error: Exception | None = None
         try:
-            record = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as err:
+            record = documents.loads(raw, f"line {number}")
+        except ValueError as err:
             record, error = None, err
         if not isinstance(record, dict):
             what = (

@@ -25,7 +25,6 @@ id its remote knows.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from dataclasses import dataclass
@@ -233,8 +232,10 @@ def attempt_run_id(root: Path, stage: str) -> str | None:
     if data is None:
         return None
     try:
-        return json.loads(data)["run_id"]
-    except (ValueError, KeyError, TypeError):
+        from prereg.records import formats  # only here: the ledger's readers need no typing
+
+        return formats.loads(data, formats.Start, attempt_ref(stage)).value.run_id
+    except ValueError:
         return "(unreadable start record)"
 
 

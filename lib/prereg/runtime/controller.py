@@ -26,8 +26,9 @@ from prereg.evidence import execution, hermetic
 from prereg.kinds.plans import Plan
 from prereg.kinds.stages import RunView, StageKind, load_kind
 from prereg.proof import attest, keys, timestamp
-from prereg.records import ledger
+from prereg.records import MANIFEST, formats, ledger
 from prereg.records import snapshot as snapshots
+from prereg.records.formats import Manifest
 from prereg.records.runs import contained, item_dir_name, refusal_note
 from prereg.runtime import items as item_side
 from prereg.runtime import signals
@@ -359,7 +360,11 @@ class Controller(XdistBridge, TerminalOutput):
             self._minimal_manifest,
         )
         self.finish_notes += errors
-        self.status = json.loads(data)["status"] if data is not None else "without a manifest"
+        self.status = (
+            formats.loads(data, Manifest, MANIFEST).value.status
+            if data is not None
+            else "without a manifest"
+        )
         if data is not None:
             try:
                 ledger.record_manifest(self.root, self.run.run_id, data)
