@@ -14,8 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from prereg.base.hashing import canonical_json, sha256_file
+from prereg.base.typed_settings import parse_as
 from prereg.decisions import gate
-from prereg.records import ledger
+from prereg.records import formats, ledger
 from prereg.records.runs import (
     RunFolder,
     RunIdError,
@@ -554,17 +555,21 @@ def test_a_git_input_is_read_at_its_bound_commit_whatever_its_working_tree_holds
 
 
 def facts(**changes) -> gate.Facts:
-    record = {
+    record = parse_as(formats.Approval, {
+        "format": "prereg-approval-1",
         "stage": "toy",
         "run_id": RUN,
         "plan": {"path": "plans/P.json", "sha256": "p" * 64, "plan_id": "p"},
         "baseline": {"path": "plans/BASELINE.json", "sha256": "b" * 64},
         "source_anchor": "a" * 40,
         "seed_namespace": "toy-1.0",
+        "environment": {},
         "deviations": [{"field": "python", "pinned": "3.9.6", "actual": "3.11.7"}],
         "requires": {},
         "inputs": {},
-    }
+        "approved_at": "2026-12-07T00:00:00+00:00",
+        "approved_by": "checks",
+    }, path="")  # fmt: skip
     base = {
         "stage": "toy",
         "record": record,

@@ -19,13 +19,14 @@ from typing import Any, Callable
 import prereg
 from prereg.base import gitrepo, provenance
 from prereg.base.hashing import canonical_json, sha256_file
+from prereg.base.typed_settings import parse_as, to_json
 from prereg.decisions import bindings
 from prereg.evidence import envlock, execution
 from prereg.kinds import registry
 from prereg.kinds.plans import baseline_problems, load_plan, signing_required, validate_stage
 from prereg.kinds.stages import BUILT_IN_KINDS, PLAIN, load_kind
 from prereg.proof import commits
-from prereg.records import ledger
+from prereg.records import formats, ledger
 from prereg.records import snapshot as snapshots
 from prereg.records.runs import has_started
 
@@ -44,7 +45,7 @@ class Facts:
     """Everything the conditions look at; gathered by :func:`gather`, or made by hand in tests."""
 
     stage: str  # the stage asked for (command line, or prereg approve --stage)
-    record: dict  # the approval record (a draft at approve time)
+    record: formats.Approval  # the approval record (a draft at approve time)
     record_rel: str  # plans/approvals/<run-id>.json
     run_id_asked: str | None = None  # --run-id on the command line
     record_bytes: bytes | None = None  # the record file's bytes (None: a draft)
@@ -86,7 +87,7 @@ class Facts:
 
     @property
     def run_id(self) -> str:
-        return self.record["run_id"]
+        return self.record.run_id
 
 
 Condition = Callable[[Facts], "list[Refusal]"]
@@ -116,7 +117,7 @@ def audited(refusal: str, *checks: str, why_not: str = "") -> Callable[[Conditio
 
 @audited("plan-hash", "check_committed")
 def plan_hash(f: Facts) -> list[Refusal]:
-    path, bound = f.record["plan"]["path"], f.record["plan"]["sha256"]
+    path, bound = f.record.plan.path, f.record.plan.sha256
     if f.plan_sha256 is None:
         return [Refusal("plan-hash", f"the approved plan {path} does not exist")]
     if f.plan_sha256 != bound:
@@ -135,11 +136,10 @@ def plan_hash(f: Facts) -> list[Refusal]:
 @audited("baseline", "check_committed")
 def baseline(f: Facts) -> list[Refusal]:
     problems = list(f.baseline_problems)
-    bound = f.record["baseline"]["sha256"]
+    bound = f.record.baseline.sha256
     if f.baseline_sha256 is not None and f.baseline_sha256 != bound:
         problems.insert(
-            0,
-            f"{f.record['baseline']['path']} hashes {f.baseline_sha256}, the approval binds {bound}",
+            0, f"{f.record.baseline.path} hashes {f.baseline_sha256}, the approval binds {bound}"
         )
     if not problems:
         return []
@@ -172,7 +172,7 @@ def git_history(f: Facts) -> list[Refusal]:
 
 @audited("clean-source", "check_committed")
 def approved_source(f: Facts) -> list[Refusal]:
-    anchor = f.record["source_anchor"]
+    anchor = f.record.source_anchor
     if not f.anchor_is_ancestor:
         return [
             Refusal(
@@ -231,12 +231,12 @@ def record_committed(f: Facts) -> list[Refusal]:
 @audited("stage-and-run-id", "check_against_approval", "check_run_id")
 def stage_and_run_id(f: Facts) -> list[Refusal]:
     asked_run = f.run_id_asked
-    if f.record["stage"] == f.stage and (asked_run is None or asked_run == f.run_id):
+    if f.record.stage == f.stage and (asked_run is None or asked_run == f.run_id):
         return []
     return [
         Refusal(
             "stage-and-run-id",
-            f"the approval {f.record_rel} is for stage {f.record['stage']!r}, run {f.run_id!r}; "
+            f"the approval {f.record_rel} is for stage {f.record.stage!r}, run {f.run_id!r}; "
             f"the command line asks for stage {f.stage!r}"
             + (f", run {asked_run!r}" if asked_run else ""),
         )
@@ -335,7 +335,7 @@ def seed_namespace(f: Facts) -> list[Refusal]:
     return [
         Refusal(
             "seed-namespace",
-            f"seed namespace {f.record['seed_namespace']!r} is already used by "
+            f"seed namespace {f.record.seed_namespace!r} is already used by "
             f"{list(f.namespace_clash)}; a stage never reuses another stage's datasets or "
             "weights: give this stage a fresh namespace in the plan",
         )
@@ -344,7 +344,7 @@ def seed_namespace(f: Facts) -> list[Refusal]:
 
 @audited("environment", "check_against_approval")
 def environment(f: Facts) -> list[Refusal]:
-    named = {canonical_json(d) for d in f.record["deviations"]}
+    named = {canonical_json(d) for d in f.record.deviations}
     unnamed = [d for d in f.deviations_now if canonical_json(d) not in named]
     if not unnamed:
         return []
@@ -374,7 +374,8 @@ def environment_lock(f: Facts) -> list[Refusal]:
     equal the approval's environment_lock (prereg.evidence.envlock)."""
     if f.environment_lock_now is None:
         return []
-    problems = envlock.lock_problems(f.record.get("environment_lock"), f.environment_lock_now)
+    bound = f.record.environment_lock
+    problems = envlock.lock_problems(to_json(bound) if bound else None, f.environment_lock_now)
     return [Refusal("environment-lock", p) for p in problems]
 
 
@@ -580,12 +581,12 @@ def _committed(root: Path, head: str, rel: str) -> bytes | None:
         return None
 
 
-def witness_problems(root: Path, record: dict) -> list[str]:
+def witness_problems(root: Path, record: formats.Approval) -> list[str]:
     """Why the witness the approval names (if any) cannot take the run's start record."""
-    url = (record.get("witness") or {}).get("url")
-    if not url:
+    if not record.witness:
         return []
-    held, problem = ledger.witnessed_start(root, url, record["run_id"])
+    url, run_id = record.witness.url, record.run_id
+    held, problem = ledger.witnessed_start(root, url, run_id)
     shown = ledger.shown_url(url)
     if problem is not None:
         return [
@@ -597,8 +598,8 @@ def witness_problems(root: Path, record: dict) -> list[str]:
     if held is not None:
         return [
             (
-                f"the witness {shown} records a start of run {record['run_id']} "
-                f"({ledger.start_ref(record['run_id'])}): one approval, one run; no retry. Approve "
+                f"the witness {shown} records a start of run {run_id} "
+                f"({ledger.start_ref(run_id)}): one approval, one run; no retry. Approve "
                 "a new run id"
             )
         ]
@@ -643,25 +644,25 @@ def gather(
     history, dirty, irregular = _read_tree(root, head)
     code = Path(snapshot.folder) if snapshot is not None else root
     environment = execution.Environment.read(code, snapshot)  # the checks and the record
-    plan, plan_problem, plan_sha = _read_plan(code / record["plan"]["path"], stage)
-    baseline_file = code / record["baseline"]["path"]
+    approval = parse_as(formats.Approval, record, path="")  # the schema's shape: it parses
+    plan, plan_problem, plan_sha = _read_plan(code / approval.plan.path, stage)
+    baseline_file = code / approval.baseline.path
     spec = plan.stage(stage) if plan is not None and stage in plan.stages else {}
-    anchor = record["source_anchor"]
+    anchor = approval.source_anchor
     ancestor = gitrepo.commit_exists(root, anchor) and gitrepo.is_ancestor(root, anchor, head)
 
     own = code / "lib" / "prereg"
-    run_id = record["run_id"]
-    namespace = record.get("seed_namespace")
+    run_id, namespace = approval.run_id, approval.seed_namespace
 
     problems: list[str] = []
     kind_check = None
     asks_others = consult_remotes and not session_follows
     if at_approval or plan is not None:
-        problems = [] if session_follows else bindings.input_problems(record["inputs"])
+        problems = [] if session_follows else bindings.input_problems(to_json(approval.inputs))
         problems += bindings.dependency_problems(
             root,
-            record["requires"],
-            plan_sha256=record["plan"]["sha256"],
+            to_json(approval.requires),
+            plan_sha256=approval.plan.sha256,
             replay=not session_follows,
         )
         if plan is not None and not problems and not session_follows:
@@ -677,7 +678,7 @@ def gather(
     committed = None if at_approval else _committed(root, head, record_rel)
     facts = Facts(
         stage=stage,
-        record=record,
+        record=approval,
         record_rel=record_rel,
         run_id_asked=run_id_asked,
         record_bytes=None if at_approval else Path(record_path).read_bytes(),
@@ -720,15 +721,16 @@ def gather(
             if spec and signing_required(spec) and head and not session_follows
             else ()
         ),
-        witness_problems=tuple(witness_problems(root, record) if asks_others else ()),
+        witness_problems=tuple(witness_problems(root, approval) if asks_others else ()),
         module_missing=(
             spec["module"] if spec.get("module") and not (code / spec["module"]).is_file() else None
         ),
         extension_problems=tuple(
             registry.binding_problems(
-                record.get("extensions") or {}, record.get("environment_lock")
+                approval.extensions or {},
+                to_json(approval.environment_lock) if approval.environment_lock else None,
             )
-            + _unbound_kind(record.get("extensions") or {}, spec.get("kind"))
+            + _unbound_kind(approval.extensions or {}, spec.get("kind"))
         ),
     )
     executed = None
