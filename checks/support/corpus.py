@@ -58,7 +58,8 @@ from support.toy import ToyRepo, make_toy_repo, stage_spec
 
 RUN = "toy-20261207-001"
 OTHER = "toy-20261207-002"
-VERIFIED, REFUSED = "verified", "refused"
+VERIFIED, REFUSED, COULD_NOT = "verified", "refused", "could not verify"
+EXIT = {VERIFIED: 0, REFUSED: 1, COULD_NOT: 3}  # each verifier's exit status
 SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "verify-a-run.sh"
 
 
@@ -89,7 +90,7 @@ class Case:
     name: str
     world: str  # "full" or "signed"
     mutate: Callable[[World], None]
-    outcome: str  # VERIFIED or REFUSED
+    outcome: str  # VERIFIED, REFUSED or COULD_NOT
     reason: str = ""  # a fragment of prereg verify's reasons when refused
     signatures_hold: bool | None = None  # what securesystemslib's DSSE says, where it matters
     why: str = field(default="", compare=False)
@@ -597,6 +598,16 @@ def signature_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+def evidence_cases() -> list[Case]:
+    """Evidence that cannot be obtained: could not verify, never verified nor refused."""
+    return [
+        Case("evidence/a-witness-that-cannot-be-asked", "signed",
+             lambda w: reapprove(w, edit_record(lambda r: r.update(
+                 witness={"url": str(w.toy.root.parent / "no-such-witness.git")}))),
+             COULD_NOT, "cannot be asked"),
+    ]  # fmt: skip
+
+
 def honest_cases() -> list[Case]:
     return [
         Case("honest/full", "full", lambda w: None, VERIFIED, signatures_hold=True),
@@ -609,7 +620,7 @@ def cases() -> list[Case]:
     """Every case of the corpus, each name once."""
     made = [
         *honest_cases(), *entry_cases(), *byte_cases(), *option_cases(), *another_run_cases(),
-        *signature_cases(),
+        *signature_cases(), *evidence_cases(),
     ]  # fmt: skip
     names = [case.name for case in made]
     assert len(names) == len(set(names)), "a case name is given twice"
@@ -698,6 +709,7 @@ def main(argv: list[str]) -> int:
             case.mutate(world)
             expected = {
                 "outcome": case.outcome,
+                "exit": EXIT[case.outcome],
                 "reason": case.reason,
                 "arguments": script_arguments(world),
             }

@@ -6,8 +6,10 @@
 #
 # REPOSITORY: a clone of the project (with its refs/prereg/* fetched, when it has them);
 # RUN_FOLDER: runs/<run-id> as the operator handed it over; CARD: the registration card the
-# researcher published; --require-audit: also a passing audit an auditor signed. Exit 0: verified; 1: refused (the reason on stderr). The same checks
-# as `prereg verify` (docs/how-to/verify-a-run.md), which checks/proof/ runs side by side.
+# researcher published; --require-audit: also a passing audit an auditor signed. Exit 0:
+# verified; 1: refused (the reason on stderr); 3: could not verify (evidence not obtained).
+# The same checks as `prereg verify` (docs/how-to/verify-a-run.md), which the conformance
+# corpus (checks/support/corpus.py) holds to the same outcome.
 set -euo pipefail
 repo=$(cd "$1" && pwd); run=$(cd "$2" && pwd); card=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")
 id=$(basename "$run")
@@ -232,8 +234,11 @@ if [ -n "$url" ]; then
   # The url comes from a record: after --, with git's own upload program named, no
   # configuration and ssh without prompts (as prereg.records.ledger asks a remote).
   case "$url" in -*) refuse "the witness url $url looks like an option";; esac
-  held=$(GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 git -c core.sshCommand="ssh -o BatchMode=yes" \
-    ls-remote --upload-pack=git-upload-pack -- "$url" "refs/prereg/runs/$id/start" | cut -f1)
+  # A witness that cannot be asked is evidence not obtained: exit 3, as prereg verify's.
+  listed=$(GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 git -c core.sshCommand="ssh -o BatchMode=yes" \
+    ls-remote --upload-pack=git-upload-pack -- "$url" "refs/prereg/runs/$id/start" 2>/dev/null) ||
+    { echo "could not verify: the witness $url cannot be asked" >&2; exit 3; }
+  held=$(cut -f1 <<<"$listed")
   [ -n "$held" ] || refuse "the witness holds no start record of $id"
   [ "$held" = "$(g hash-object --stdin < "$run/start.json")" ] || refuse "the witness holds another start of $id (a rerun)"
 fi
@@ -279,7 +284,7 @@ done
 for req in $(jq -r '.predicate.buildDefinition.resolvedDependencies[] | select((.name // "") | startswith("run:")) | "\(.name | split("/") | last)=\(.digest.sha256)"' "$s1"); do
   other=$(dirname "$run")/${req%%=*}
   [ "$(sha < "$other/manifest.json" 2>/dev/null)" = "${req#*=}" ] || refuse "the required run ${req%%=*}'s manifest is not the one attested"
-  bash "$0" "$repo" "$other" "$card" || refuse "required run ${req%%=*}"
+  bash "$0" "$repo" "$other" "$card" || { [ $? -ne 3 ] || exit 3; refuse "required run ${req%%=*}"; }
 done
 # 12. With --require-audit: the signed audit git records is a commit on top of a commit of
 #     the history, adding exactly audits/<id>.vsa.json, signed by an auditor of its parent; the

@@ -104,7 +104,7 @@ def project_status(root: Path, today: date | str | None = None) -> dict:
         consumes[approval.run_id] = {
             "stage": approval.stage,
             "state": "run" if started else "approved",
-            "requires": {s: b["run_id"] for s, b in approval.data["requires"].items()},
+            "requires": {s: b.run_id for s, b in approval.record.requires.items()},
         }
     for run in runs:
         requires = (run.manifest or {}).get("requires")

@@ -12,6 +12,7 @@ does.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import json
 import re
@@ -22,6 +23,7 @@ from pathlib import Path
 from prereg.base import gitrepo, provenance
 from prereg.base.hashing import canonical_json, read_json, sha256_bytes, sha256_file, write_json
 from prereg.base.schema import validate
+from prereg.base.typed_settings import parse_as
 from prereg.decisions import gate
 from prereg.decisions.gate import Refusal
 from prereg.evidence import envlock
@@ -79,17 +81,24 @@ class ApprovalError(ValueError):
 
 @dataclass(frozen=True)
 class Approval:
+    """An approval record as loaded: its path, SHA-256 and JSON data, and the record itself
+    (:class:`prereg.records.formats.Approval`), which every reader takes."""
+
     path: Path
     sha256: str
     data: dict
 
+    @functools.cached_property
+    def record(self) -> formats.Approval:
+        return parse_as(formats.Approval, self.data, path="")
+
     @property
     def run_id(self) -> str:
-        return self.data["run_id"]
+        return self.record.run_id
 
     @property
     def stage(self) -> str:
-        return self.data["stage"]
+        return self.record.stage
 
 
 def approval_path(root: Path, run_id: str) -> Path:
@@ -142,8 +151,8 @@ def undisclosed_rehearsals(root: Path, stage: str, approvals: list[Approval]) ->
     listed = {
         rehearsal["name"]
         for approval in approvals
-        if approval.data["stage"] == stage
-        for rehearsal in approval.data.get("rehearsals", [])
+        if approval.stage == stage
+        for rehearsal in approval.record.rehearsals or ()
     }
     return [d for d in stage_rehearsals(root, stage) if d["name"] not in listed]
 
@@ -242,8 +251,8 @@ def amendment(
     reason is given and nothing changed, and when the earlier plan cannot be read."""
     earlier = [a for a in approvals if a.stage == stage]
     earlier += spent_approvals(root, stage, known={a.run_id for a in earlier})
-    previous = max(earlier, key=lambda a: (a.data["approved_at"], a.run_id), default=None)
-    if previous is None or previous.data["plan"]["sha256"] == plan.sha256:
+    previous = max(earlier, key=lambda a: (a.record.approved_at, a.run_id), default=None)
+    if previous is None or previous.record.plan.sha256 == plan.sha256:
         if reason is not None:
             raise ApprovalError(
                 f"--amend: the plan of stage {stage} is the one "
@@ -251,19 +260,19 @@ def amendment(
                 "there is no amendment to record; approve without --amend"
             )
         return None
-    bound = previous.data["plan"]
+    bound = previous.record.plan
     try:
-        before = gitrepo.show_bytes(root, previous.data["source_anchor"], bound["path"])
+        before = gitrepo.show_bytes(root, previous.record.source_anchor, bound.path)
     except gitrepo.GitError as err:
         raise ApprovalError(
-            f"{previous.path.name} binds plan {bound['path']} at commit "
-            f"{previous.data['source_anchor'][:12]}, which git cannot read here ({err}): the "
+            f"{previous.path.name} binds plan {bound.path} at commit "
+            f"{previous.record.source_anchor[:12]}, which git cannot read here ({err}): the "
             "earlier plan cannot be compared; fetch the full history (git fetch --unshallow)"
         ) from None
-    if sha256_bytes(before) != bound["sha256"]:
+    if sha256_bytes(before) != bound.sha256:
         raise ApprovalError(
-            f"{previous.path.name} binds plan {bound['path']} with SHA-256 {bound['sha256'][:12]}, "
-            f"but its source anchor {previous.data['source_anchor'][:12]} holds other bytes: "
+            f"{previous.path.name} binds plan {bound.path} with SHA-256 {bound.sha256[:12]}, "
+            f"but its source anchor {previous.record.source_anchor[:12]} holds other bytes: "
             "the earlier plan cannot be compared"
         )
     changed = plan_differences(json.loads(before), plan.data)
@@ -277,14 +286,14 @@ def amendment(
         fields = "; ".join(f"{c['field']}: {c['from']!r} -> {c['to']!r}" for c in changed)
         raise ApprovalError(
             f"the plan of stage {stage} changed since its previous approval "
-            f"({previous.path.name}, plan SHA-256 {bound['sha256'][:12]}): {fields}. Complete runs "
+            f"({previous.path.name}, plan SHA-256 {bound.sha256[:12]}): {fields}. Complete runs "
             f'under another plan by now: {outcomes or "none"}. Approve with --amend "why" to '
             "record the amendment in the approval (every report of its run shows it)"
         )
     return {
         "reason": reason,
         "previous_approval": previous.run_id,
-        "previous_plan_sha256": bound["sha256"],
+        "previous_plan_sha256": bound.sha256,
         "changed": changed,
         "complete_runs_before": outcomes,
     }

@@ -705,7 +705,7 @@ def gather(
         namespace_clash=tuple(
             a.run_id
             for a in approvals
-            if namespace is not None and a.data["seed_namespace"] == namespace and a.stage != stage
+            if namespace is not None and a.record.seed_namespace == namespace and a.stage != stage
         ),
         deviations_now=tuple(deviations_now),
         execution_problems=tuple(

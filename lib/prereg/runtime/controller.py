@@ -188,7 +188,7 @@ class Controller(XdistBridge, TerminalOutput):
             stage=run.stage,
             run_id=record.run_id,
             approval_path=record.path,
-            plan_sha256=record.data["plan"]["sha256"],
+            plan_sha256=record.record.plan.sha256,
             started_at=started_at,
             root=self.root,
             remote_ledgers=[remote.record() for remote in self.remote_ledgers],
@@ -222,7 +222,7 @@ class Controller(XdistBridge, TerminalOutput):
                 "`prereg audit` names it. Free the disk or fix the permissions, then approve "
                 "a new run id"
             ) from None
-        witness = (record.data.get("witness") or {}).get("url")
+        witness = record.record.witness.url if record.record.witness else None
         refused = witness and ledger.witness_start(self.root, witness, record.run_id)
         if refused:
             _drop_junit_report(self.config)
@@ -234,7 +234,7 @@ class Controller(XdistBridge, TerminalOutput):
                 "started: approve a new run id (if it could not be reached, that too)"
             )
         disclosed = [  # the rehearsals its approval lists, as git here still holds them
-            ledger.rehearsal_ref(run.stage, d["name"]) for d in record.data.get("rehearsals", [])
+            ledger.rehearsal_ref(run.stage, d["name"]) for d in record.record.rehearsals or ()
         ]
         self._publish(
             [ledger.start_ref(record.run_id), ledger.source_ref(record.run_id)]
@@ -254,7 +254,8 @@ class Controller(XdistBridge, TerminalOutput):
         """The token of the timestamp authority the approval names over the approval commit
         (:mod:`prereg.proof.timestamp`), asked before the run id is spent: an authority that
         does not answer refuses the run with nothing spent."""
-        url = (self.approval.data.get("timestamp") or {}).get("url")
+        stamp = self.approval.record.timestamp
+        url = stamp.url if stamp else None
         if not url:
             return None
         commit = gitrepo.head_commit(self.root)
@@ -400,7 +401,8 @@ class Controller(XdistBridge, TerminalOutput):
             self.finish_notes.append(
                 f"the attestation {target.name} is unsigned: {why}; prereg verify refuses it"
             )
-        url = (self.approval.data.get("timestamp") or {}).get("url")
+        stamp = self.approval.record.timestamp
+        url = stamp.url if stamp else None
         if url:
             self._stamp_attestation(url, data)
 

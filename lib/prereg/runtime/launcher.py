@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from prereg.base import gitrepo
+from prereg.base.typed_settings import to_json
 from prereg.decisions import gate
 from prereg.evidence import execution, hermetic
 from prereg.records import snapshot as snapshots
@@ -48,8 +49,8 @@ def launch(config: pytest.Config) -> None:
     record, _, gathered = pass_gate(config, run, session_follows=True)
     approved = gathered.facts.head  # the commit the gate judged, and no other
     checkout = Path(gitrepo.toplevel(root))
-    lock = record.data.get("environment_lock") or {}
-    plugins = entry_point_plugins(config, lock.get("distributions") or {})
+    lock = record.record.environment_lock
+    plugins = entry_point_plugins(config, to_json(lock.distributions) if lock else {})
     handoff = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     if handoff:  # a SIGTERM from now on waits for the session, which ends on it
         hold_sigterm()

@@ -18,6 +18,7 @@ from _pytest.assertion import rewrite
 
 from prereg.base import provenance, seeds
 from prereg.base.hashing import canonical_json, sha256_file
+from prereg.base.typed_settings import to_json
 from prereg.decisions import approval as approvals
 from prereg.decisions import bindings
 from prereg.evidence import hermetic, imports
@@ -273,7 +274,8 @@ def resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fals
                 checkout, None, stage, run_id, [approvals.Refusal("approval", str(err))]
             )
         raise pytest.UsageError(f"research stage {stage} refused: {err}") from None
-    plan_path = record.data["plan"]["path"]
+    approved = record.record
+    plan_path = approved.plan.path
     try:
         plan = load_plan(root / plan_path)
         spec = plan.stage(stage)
@@ -290,12 +292,12 @@ def resolve_research_run(config: pytest.Config, root: Path, listing: bool = Fals
         run_id=record.run_id,
         approval_path=str(record.path),
         plan_path=plan_path,
-        plan_sha256=record.data["plan"]["sha256"],
+        plan_sha256=approved.plan.sha256,
         module=spec["module"],
         threads=threads,
         seed_namespace=spec.get("seed_namespace"),
-        inputs=record.data["inputs"],
-        required_runs={stage: bound["run_id"] for stage, bound in record.data["requires"].items()},
+        inputs=to_json(approved.inputs),
+        required_runs={stage: bound.run_id for stage, bound in approved.requires.items()},
     )
 
 
