@@ -106,7 +106,9 @@ def test_the_door_refuses_what_another_reader_would_read_otherwise():
 
 
 def test_a_record_of_another_class_names_the_record_and_the_field():
-    with pytest.raises(formats.NotARecord, match=r"start\.json is not a Start record: .*run_id"):
+    with pytest.raises(
+        formats.NotARecord, match=r"start\.json is not a valid Start record: .*run_id"
+    ):
         formats.loads(b'{"stage": "s"}', formats.Start, "start.json")
 
 

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from prereg.base.hashing import sha256_file
+from prereg.base.hashing import MAX_JSON_DEPTH, sha256_file
 from prereg.proof import attest, dsse, keys, timestamp
 from prereg.proof.witness import init as make_witness
 from prereg.records import ledger
@@ -309,8 +309,39 @@ JSON_VARIANTS: dict[str, tuple[Callable[[bytes], bytes], str, str]] = {
     "a-number-too-large": (
         lambda d: d.replace(b"{", b'{"extra": 1e999, ', 1), REFUSED, "not JSON as prereg reads it"
     ),
+    "nested-too-deeply": (
+        lambda d: d.replace(b"{", b'{"extra": ' + b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH + b", ", 1),
+        REFUSED, "not JSON as prereg reads it",
+    ),
     "two-documents": (lambda d: d + d, REFUSED, "not JSON as prereg reads it"),
 }  # fmt: skip
+
+
+def _deep(depth: int) -> bytes:
+    """A JSON value whose arrays nest ``depth`` levels."""
+    return b"[" * depth + b"]" * depth
+
+
+def _start_nested_as_deep_as_allowed(world: World) -> None:
+    """start.json is open: a field of its own, nested to the deepest a reader takes (the
+    record itself is the first level)."""
+    path = world.run.start
+    reattest(
+        world,
+        {
+            path.name: path.read_bytes().replace(
+                b"{", b'{"extra": ' + _deep(MAX_JSON_DEPTH - 1) + b", ", 1
+            )
+        },
+    )
+
+
+def _record_nested_as_deep_as_allowed(world: World) -> None:
+    """The approval record is closed: the nesting goes inside its open ``environment``."""
+    reapprove(
+        world,
+        edit_record(lambda r: r["environment"].update(extra=json.loads(_deep(MAX_JSON_DEPTH - 2)))),
+    )
 
 
 def _rewrite_start(variant: Callable[[bytes], bytes]) -> Callable[[World], None]:
@@ -474,6 +505,16 @@ def option_cases() -> list[Case]:
              lambda w: reapprove(w, edit_record(lambda r: r.update(stage=f"$(touch {PWNED})"))),
              REFUSED, "the approval record is for stage"),
         Case("options/a-subject-named-dash", "signed", _with_file("-"), VERIFIED),
+        Case("bytes/start.json/nested-as-deep-as-allowed", "signed",
+             _start_nested_as_deep_as_allowed, VERIFIED),
+        Case("bytes/the-approval-record/nested-as-deep-as-allowed", "signed",
+             _record_nested_as_deep_as_allowed, VERIFIED),
+        Case("bytes/the-approval-record/a-field-prereg-does-not-write", "signed",
+             lambda w: reapprove(w, edit_record(lambda r: r.update(note="added by hand"))),
+             REFUSED, "is not a valid Approval record"),
+        Case("bytes/the-card/a-field-prereg-does-not-write", "full",
+             _rewrite_card(lambda d: json.dumps({**json.loads(d), "note": "added"}).encode()),
+             REFUSED, "unknown field"),
         Case("options/a-subject-named-like-an-option", "signed", _with_file("--check"), VERIFIED),
         # Run by a shell, it would make a file the run folder does not attest.
         Case("options/a-subject-named-with-a-command", "signed", _with_file("$(touch made)"), VERIFIED),

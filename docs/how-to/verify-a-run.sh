@@ -33,18 +33,22 @@ judge() {  # JQ-ARGUMENTS... : refuse the first reason the program prints
 # without a byte order mark, one document, no key twice in an object (jq keeps the last, a
 # streaming read sees both), no NaN or Infinity (jq would read them as null or a huge number).
 doc() {  # FILE NAME
-  local not="$2 is not JSON as prereg reads it" docs events huge
+  local not="$2 is not JSON as prereg reads it" docs events huge deep
   iconv -f UTF-8 -t UTF-8 "$1" > /dev/null 2>&1 || refuse "$not: it is not UTF-8"
   [ "$(head -c 3 "$1" | od -An -tx1 | tr -d ' \n')" != efbbbf ] || refuse "$not: a byte order mark"
   ! sed -E 's/"([^"\\]|\\.)*"//g; s/true|false|null//g; s/[0-9][eE]/0/g' "$1" | grep -q '[A-Za-z]' ||
     refuse "$not: NaN or Infinity"
-  # documents, stream events of the first as read, numbers too large to be finite
-  read -r docs events huge < <(jq -sr '[length, ([.[0] | tostream] | length),
-    ([.[0] | .. | numbers | select(. >= 1.7976931348623157e308 or . <= -1.7976931348623157e308)] | length)]
+  # documents, stream events of the first as read, numbers too large to be finite, and how
+  # deeply its arrays and objects nest (prereg.base.hashing.MAX_JSON_DEPTH: 100)
+  read -r docs events huge deep < <(jq -sr '[length, ([.[0] | tostream] | length),
+    ([.[0] | .. | numbers | select(. >= 1.7976931348623157e308 or . <= -1.7976931348623157e308)] | length),
+    ([.[0] | (if type == "array" or type == "object" then 1 else 0 end),
+      (paths(type == "array" or type == "object") | length + 1)] | max)]
     | @tsv' "$1" 2>/dev/null) || refuse "$not: it does not parse"
   [ "$docs" = 1 ] || refuse "$not: not one JSON document"
   [ "$(jq -c --stream . "$1" | wc -l)" -eq "$events" ] || refuse "$not: a key given twice"
   [ "$huge" = 0 ] || refuse "$not: a number too large to be finite"
+  [ "$deep" -le 100 ] || refuse "$not: it nests more than 100 levels deep"
 }
 
 # 1. The card: the repository, and the role files and plans at the freeze commit F.
@@ -52,7 +56,9 @@ doc() {  # FILE NAME
 # option handed to git.
 oid() { [[ "$1" =~ ^([0-9a-f]{40}|[0-9a-f]{64})$ ]] || refuse "$2 '$1' is not a full commit id"; }
 doc "$card" "the card"
-judge "$NEED need(.format == \"prereg-registration/1\"; \"not a registration card\")" "$card"
+judge "$NEED need(.format == \"prereg-registration/1\"; \"not a registration card\"),
+  need(keys - [\"format\", \"repository\", \"freeze_commit\", \"plans\", \"roles\", \"witness\",
+    \"timestamp_authority\"] == []; \"the card holds a field prereg does not write\")" "$card"
 F=$(jq -r .freeze_commit "$card"); oid "$F" "the card's freeze commit"
 g cat-file -e "$F^{commit}" 2>/dev/null || refuse "no freeze commit $F"
 roles=()
@@ -215,6 +221,11 @@ dep() { jq -r --arg n "$1" '.predicate.buildDefinition.resolvedDependencies[] | 
 [ "$(sha < "$run/approval.json")" = "$rsha" ] || refuse "approval.json is not the record at C"
 doc "$run/start.json" "$id/start.json"
 g show "$C:$record" > "$tmp/record"; doc "$tmp/record" "$record at C"
+# The record holds the fields prereg writes and no other (prereg.records.APPROVAL_SCHEMA).
+judge "$NEED need(keys - [\"format\", \"stage\", \"run_id\", \"plan\", \"baseline\", \"source_anchor\",
+  \"seed_namespace\", \"environment\", \"deviations\", \"requires\", \"inputs\", \"approved_at\",
+  \"approved_by\", \"extensions\", \"environment_lock\", \"witness\", \"timestamp\", \"rehearsals\",
+  \"amendment\"] == []; \"$record at C holds a field prereg does not write\")" "$tmp/record"
 [ "$(jq -r .approval_sha256 "$run/start.json")" = "$rsha" ] && [ "$(jq -r .source_commit "$run/start.json")" = "$C" ] ||
   refuse "start.json names another approval or commit"
 [ "$(jq -r .run_id "$tmp/record")" = "$id" ] || refuse "the record is for another run"

@@ -45,7 +45,7 @@ def loads(data: bytes, kind: type[T], where: str) -> Read[T]:
     try:
         parsed = parse_as(kind, value, path="")
     except SettingsError as err:
-        raise NotARecord(f"{where} is not a {kind.__name__} record: {err}") from None
+        raise NotARecord(f"{where} is not a valid {kind.__name__} record: {err}") from None
     return Read(parsed, data, hashlib.sha256(data).hexdigest())
 
 
