@@ -8,6 +8,7 @@ its writers left is validated against its schema in prereg.records.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path, PurePosixPath
@@ -18,11 +19,12 @@ from hypothesis import strategies as st
 
 from prereg import records
 from prereg.base.schema import validate
+from prereg.base.typed_settings import parse_as
 from prereg.decisions import approval, audit, manifest
 from prereg.decisions.gate import Refusal
 from prereg.evidence import envlock
 from prereg.kinds import registry
-from prereg.records import runs, verdicts
+from prereg.records import formats, runs, verdicts
 from prereg.runtime import items as item_side
 from prereg.runtime import rehearsal
 from support.toy import ToyRepo, make_toy_repo
@@ -76,7 +78,7 @@ def test_the_approval_record_and_its_copy_fit_the_approval_schema(toy):
     path = toy.root / records.approval_record(RUN)
     assert path == approval.approval_path(toy.root, RUN)
     data = _json(path)
-    validate(data, records.APPROVAL_SCHEMA, source=str(path))
+    parse_as(formats.Approval, data, path="")
     assert data["format"] == records.APPROVAL_FORMAT and data["run_id"] == RUN
     assert toy.layout(RUN).approval_copy.read_bytes() == path.read_bytes()
 
@@ -142,7 +144,6 @@ def test_the_rehearsal_record_and_its_bindings_fit_their_schemas(toy):
 
 def test_writers_and_readers_take_their_formats_from_records():
     """The names the writers and readers use are the records module's objects."""
-    assert approval.APPROVAL_SCHEMA is records.APPROVAL_SCHEMA
     assert approval.FORMAT is records.APPROVAL_FORMAT
     assert manifest.FORMAT is records.MANIFEST_FORMAT is audit.evidence.FORMAT
     assert verdicts.FORMAT is records.VERDICT_FORMAT
@@ -268,9 +269,10 @@ def documented_approval_fields(markdown: str) -> set[str]:
 
 def test_the_docs_name_every_field_of_the_approval_record_and_no_other():
     documented = documented_approval_fields(DOCS.read_text(encoding="utf-8"))
-    assert documented == set(records.APPROVAL_SCHEMA), (
-        f"{DOCS}: the approval record's table names {sorted(documented)}; the schema has "
-        f"{sorted(records.APPROVAL_SCHEMA)}"
+    fields = {f.name for f in dataclasses.fields(formats.Approval)}
+    assert documented == fields, (
+        f"{DOCS}: the approval record's table names {sorted(documented)}; the record has "
+        f"{sorted(fields)}"
     )
     assert "amendment" not in documented_approval_fields(
         DOCS.read_text(encoding="utf-8").replace("| `amendment` |", "| amendment |")

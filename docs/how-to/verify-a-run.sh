@@ -221,7 +221,7 @@ dep() { jq -r --arg n "$1" '.predicate.buildDefinition.resolvedDependencies[] | 
 [ "$(sha < "$run/approval.json")" = "$rsha" ] || refuse "approval.json is not the record at C"
 doc "$run/start.json" "$id/start.json"
 g show "$C:$record" > "$tmp/record"; doc "$tmp/record" "$record at C"
-# The record holds the fields prereg writes and no other (prereg.records.APPROVAL_SCHEMA).
+# The record holds the fields prereg writes and no other (prereg.records.formats.Approval).
 judge "$NEED need(keys - [\"format\", \"stage\", \"run_id\", \"plan\", \"baseline\", \"source_anchor\",
   \"seed_namespace\", \"environment\", \"deviations\", \"requires\", \"inputs\", \"approved_at\",
   \"approved_by\", \"extensions\", \"environment_lock\", \"witness\", \"timestamp\", \"rehearsals\",

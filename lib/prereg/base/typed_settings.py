@@ -46,7 +46,7 @@ class SettingsError(ValueError):
     """A stage's plan entry does not parse; ``path`` is the field (``stages.s.parameters.x``)."""
 
     def __init__(self, path: str, problem: str):
-        super().__init__(f"{path}: {problem}")
+        super().__init__(f"{path}: {problem}" if path else problem)
         self.path = path
         self.problem = problem
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from prereg.base import gitrepo, provenance
 from prereg.base.hashing import canonical_json, read_json, sha256_bytes, sha256_file, write_json
 from prereg.base.schema import validate
-from prereg.base.typed_settings import parse_as
+from prereg.base.typed_settings import SettingsError, parse_as
 from prereg.decisions import gate
 from prereg.decisions.gate import Refusal
 from prereg.evidence import envlock
@@ -42,7 +42,6 @@ from prereg.kinds.stages import (  # stage_module_problem: as baseline_problems 
 from prereg.proof import timestamp
 from prereg.records import (
     APPROVAL_FORMAT,
-    APPROVAL_SCHEMA,
     APPROVALS_DIR,
     DISCLOSURE_SCHEMA,
     REHEARSAL_NAME_PATTERN,
@@ -108,7 +107,10 @@ def approval_path(root: Path, run_id: str) -> Path:
 
 def load_approval(path: Path) -> Approval:
     data = read_json(path, what="approval record")
-    validate(data, APPROVAL_SCHEMA, source=str(path))
+    try:
+        parse_as(formats.Approval, data, path="")
+    except SettingsError as err:
+        raise ValueError(f"{path}: {err}") from None
     if data["format"] != FORMAT:
         raise ValueError(f"{path}: format {data['format']!r} is not {FORMAT!r}")
     if not valid_run_id(data["run_id"]) or Path(path).stem != data["run_id"]:
@@ -227,9 +229,7 @@ def spent_approvals(root: Path, stage: str, known: set[str]) -> list[Approval]:
             ).value
             data = gitrepo.show_bytes(root, start.source_commit, approval_record(run_id))
             record = documents.loads(data, approval_record(run_id))
-            validate(
-                record, APPROVAL_SCHEMA, source=f"{approval_record(run_id)} at its run's commit"
-            )
+            parse_as(formats.Approval, record, path="")
         except (gitrepo.GitError, ValueError, KeyError, TypeError):
             continue  # the audit of that run names what is wrong with its records
         found.append(

@@ -16,7 +16,8 @@ but :mod:`prereg.base.schema`.
 The records:
 
 - the approval record ``plans/approvals/<run-id>.json`` and its copy ``approval.json`` in the
-  run folder: :data:`APPROVAL_FORMAT`, :data:`APPROVAL_SCHEMA` (closed: no other field);
+  run folder: :data:`APPROVAL_FORMAT`, :class:`prereg.records.formats.Approval` (closed: no
+  other field);
 - the start record ``start.json``: :data:`START_FIELDS` (open: ``host`` and later fields are
   kept as they are);
 - the manifest ``manifest.json``: :data:`MANIFEST_FORMAT`, :data:`MANIFEST_FIELDS`, plus
@@ -44,7 +45,6 @@ __all__ = [
     "APPROVALS_DIR",
     "APPROVAL_COPY",
     "APPROVAL_FORMAT",
-    "APPROVAL_SCHEMA",
     "ATTESTATION_FILES",
     "ATTESTATION_TIMESTAMP",
     "AUDITS_DIR",
@@ -320,51 +320,8 @@ def describe_amendment(amended: dict | None) -> str:
     )
 
 
-# closed: no other field
-APPROVAL_SCHEMA = {
-    "format": str,
-    "stage": str,
-    "run_id": str,
-    "plan": {"path": str, "sha256": str, "plan_id": str},
-    "baseline": {"path": str, "sha256": str},
-    "source_anchor": str,
-    "seed_namespace": Nullable(str),
-    "environment": dict,
-    "deviations": [{"field": str, "pinned": Nullable(object), "actual": Nullable(object)}],
-    "requires": MapOf(REQUIRED_RUN),
-    "inputs": MapOf(INPUT_BINDING),
-    "approved_at": str,
-    "approved_by": str,
-    # installed extensions the stage's plan loaded (prereg.kinds.registry): group -> name -> origin
-    "extensions": Optional(MapOf(MapOf(EXTENSION_ORIGIN))),
-    "environment_lock": Optional(LOCK_SCHEMA),
-    # a git remote the operator cannot rewrite that must take the run's start record before
-    # any item runs (prereg.proof.witness)
-    "witness": Optional({"url": str}),
-    # the timestamp authority the run's start and attestation are stamped by, and its token
-    # over the run id and source_anchor: the record was written after that time
-    # (prereg.proof.timestamp)
-    "timestamp": Optional({"url": str, "token": str}),
-    # the stage's rehearsals git records that no earlier approval of the stage listed
-    "rehearsals": Optional([DISCLOSURE_SCHEMA]),
-    # how the plan differs from the one the stage's previous approval bound, and why
-    "amendment": Optional(
-        {
-            "reason": str,
-            "previous_approval": str,
-            "previous_plan_sha256": str,
-            "changed": [
-                {
-                    "field": str,
-                    "change": OneOf(("added", "removed", "changed")),
-                    "from": Nullable(object),
-                    "to": Nullable(object),
-                }
-            ],
-            "complete_runs_before": [str],
-        }
-    ),
-}
+# The approval record's shape is its class, prereg.records.formats.Approval (closed: no other
+# field); its format string is here.
 
 # -- the start record --------------------------------------------------------------------------
 

@@ -126,7 +126,7 @@ class EnvironmentLock:
 @dataclass(frozen=True)
 class Approval:
     """The approval record ``plans/approvals/<run-id>.json``
-    (:data:`prereg.records.APPROVAL_SCHEMA`)."""
+    (closed: no other field; the only definition of its shape)."""
 
     format: str
     stage: str

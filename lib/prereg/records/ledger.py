@@ -32,6 +32,7 @@ from pathlib import Path
 
 from prereg.base import gitrepo
 from prereg.base.gitrepo import GitError
+from prereg.records import documents
 
 NAMESPACE = "refs/prereg"
 
@@ -232,10 +233,8 @@ def attempt_run_id(root: Path, stage: str) -> str | None:
     if data is None:
         return None
     try:
-        from prereg.records import formats  # only here: the ledger's readers need no typing
-
-        return formats.loads(data, formats.Start, attempt_ref(stage)).value.run_id
-    except ValueError:
+        return documents.loads(data, attempt_ref(stage))["run_id"]
+    except (ValueError, KeyError, TypeError):
         return "(unreadable start record)"
 
 

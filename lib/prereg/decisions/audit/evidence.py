@@ -23,6 +23,7 @@ from prereg.base.hashing import (
     sha256_file,
 )
 from prereg.base.schema import SchemaError, validate
+from prereg.base.typed_settings import SettingsError, parse_as
 from prereg.decisions.manifest import describe
 from prereg.kinds.plans import PLAN_SCHEMA, Plan, signing_required
 from prereg.proof import attest, commits
@@ -30,7 +31,6 @@ from prereg.proof.keys import RUNNERS
 from prereg.proof.verify import witness_disagrees
 from prereg.records import (
     APPROVAL_COPY,
-    APPROVAL_SCHEMA,
     COMPLETE,
     COMPLETE_FIELDS,
     ERROR,
@@ -49,6 +49,7 @@ from prereg.records import (
     START_FIELDS,
     START_RECORD,
     approval_record,
+    formats,
     ledger,
 )
 from prereg.records import MANIFEST_FORMAT as FORMAT
@@ -265,10 +266,12 @@ def _load_records(ev: Evidence) -> dict:
     if start is not None:
         start = _fields(start, START_FIELDS, {}, START_RECORD, found)
     approval = _load(files.approval_copy, "approval copy", found)
-    if approval is not None and not _fits_schema(
-        approval, APPROVAL_SCHEMA, APPROVAL_COPY, "", found
-    ):
-        approval = None
+    if approval is not None:
+        try:
+            parse_as(formats.Approval, approval, path="")
+        except SettingsError as err:
+            found.append(f"{APPROVAL_COPY}: {err}")
+            approval = None
     return {
         "load_findings": tuple(found),
         "manifest": manifest,
