@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +140,23 @@ def test_a_git_record_of_another_file_is_refused():
     assert not verify.check_refs(
         chain(recorded=(("refs/prereg/runs/x/start", "start.json", None, b"two"),))
     ).problems
+
+
+def _closed_fields(script: str, refusal: str) -> set[str]:
+    """The field names of the plain commands' ``need(keys - [...] == []; ...)`` whose reason
+    contains ``refusal``."""
+    for match in re.finditer(r'need\(keys - \[(.*?)\] == \[\]; \\"(.*?)\\"\)', script, re.DOTALL):
+        if refusal in match.group(2):
+            return set(re.findall(r'\\"([a-z_]+)\\"', match.group(1)))
+    raise AssertionError(f"verify-a-run.sh has no field list for {refusal!r}")
+
+
+@pytest.mark.parametrize(
+    "kind, refusal",
+    [(formats.Approval, "at C holds a field"), (formats.Card, "the card holds a field")],
+)
+def test_the_plain_commands_name_the_fields_of_the_records_classes(kind, refusal):
+    """A closed record's fields are its class's (adding one touches the class, its writer and
+    this list, which this check holds to the class)."""
+    script = (Path(__file__).resolve().parents[2] / "docs/how-to/verify-a-run.sh").read_text()
+    assert _closed_fields(script, refusal) == {f.name for f in dataclasses.fields(kind)}
