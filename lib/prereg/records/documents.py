@@ -1,6 +1,7 @@
-"""The one door through which the bytes of a record become a value, for every reader of
-records a verifier judges: UTF-8 without a byte order mark, one JSON document, no key twice in
-an object, no NaN or Infinity (:func:`prereg.base.hashing.parse_json`). Anything else is
+"""The one door through which the bytes of a record become JSON data, for every reader of
+records (:mod:`prereg.records.formats` reads the data as the record's class): UTF-8 without a
+byte order mark, one JSON document, no key twice in an object, no NaN or Infinity, nothing
+nested more than 100 levels (:func:`prereg.base.hashing.parse_json`). Anything else is
 :class:`NotJson`, whose message says the document "is not JSON as prereg reads it"; the plain
 commands of docs/how-to/verify-a-run.sh refuse the same documents (their ``doc`` function),
 and checks/support/corpus.py holds a case of each variant.
@@ -8,9 +9,6 @@ and checks/support/corpus.py holds a case of each variant.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from prereg.base.hashing import parse_json
@@ -20,15 +18,6 @@ NOT_JSON = "is not JSON as prereg reads it"
 
 class NotJson(ValueError):
     """A document that is not JSON as prereg reads it; the message names it and why."""
-
-
-@dataclass(frozen=True)
-class Document:
-    """A record as read: its value, its exact bytes and their SHA-256."""
-
-    value: Any
-    data: bytes
-    sha256: str
 
 
 def loads(data: bytes, where: str) -> Any:
@@ -44,16 +33,6 @@ def loads(data: bytes, where: str) -> Any:
         for said in ("is refused", "is not valid JSON"):
             detail = detail.removeprefix(said)
         raise NotJson(f"{where} {NOT_JSON}{detail}") from None
-
-
-def read(data: bytes, where: str) -> Document:
-    """:func:`loads` with the bytes and their SHA-256 kept."""
-    return Document(loads(data, where), data, hashlib.sha256(data).hexdigest())
-
-
-def load(path: Path, where: str | None = None) -> Document:
-    """:func:`read` of the file at ``path`` (an OSError when it cannot be read)."""
-    return read(Path(path).read_bytes(), where or str(path))
 
 
 def loads_object(data: bytes, where: str) -> dict:
