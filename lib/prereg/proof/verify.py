@@ -141,7 +141,6 @@ class Chain:
     card_problems: tuple[str, ...]
     attestation: bytes | None = None  # None: the run folder holds none
     framing_problem: str | None = None  # the attestation is not two lines as prereg writes them
-    envelopes: tuple[dict, ...] = ()
     commit: str | None = None  # C, once it is a full id of a commit after the freeze
     commit_problem: str | None = None
     role_problems: tuple[str, ...] = ()  # role-file changes from the freeze to C
@@ -158,7 +157,6 @@ class Chain:
     parent: str | None = None  # C's parent
     plan_sha256_at_commit: str | None = None
     witness_found: tuple[str, ...] | None = None  # witness_disagrees; None: not asked or no answer
-    witness_asked: bool = False
     commit_object: bytes | None = None  # C as git stores it (what the start's token covers)
     committed_at: Any = None  # C's committer date
     attestation_timestamp: bytes | None = None
@@ -188,8 +186,9 @@ Check = Callable[[Chain], Found]
 
 @dataclass(frozen=True)
 class Judges:
-    """The gate condition and the audit checks that judge the fact a verify check judges (or
-    why none does)."""
+    """The gate condition and the audit checks that judge the fact a verify check judges
+    (None and () where none does: the card, trusted time and the signed audit are verify's
+    alone)."""
 
     check: str
     gate: str | None = None
@@ -590,7 +589,7 @@ def gather(
     if len(envelopes) != 2:
         return replace(chain, framing_problem=f"the attestation has {len(envelopes)} lines, not 2")
     commit, problem = _source_commit(root, envelopes, freeze)
-    chain = replace(chain, envelopes=envelopes, commit=commit, commit_problem=problem)
+    chain = replace(chain, commit=commit, commit_problem=problem)
     if commit is None:
         return chain
     chain = replace(chain, role_problems=tuple(role_history_problems(root, freeze, commit)))
