@@ -33,20 +33,22 @@ judge() {  # JQ-ARGUMENTS... : refuse the first reason the program prints
 # without a byte order mark, one document, no key twice in an object (jq keeps the last, a
 # streaming read sees both), no NaN or Infinity (jq would read them as null or a huge number).
 doc() {  # FILE NAME
-  local not="$2 is not JSON as prereg reads it" docs events huge deep
+  local not="$2 is not JSON as prereg reads it" written docs events huge deep
   iconv -f UTF-8 -t UTF-8 "$1" > /dev/null 2>&1 || refuse "$not: it is not UTF-8"
   [ "$(head -c 3 "$1" | od -An -tx1 | tr -d ' \n')" != efbbbf ] || refuse "$not: a byte order mark"
   ! sed -E 's/"([^"\\]|\\.)*"//g; s/true|false|null//g; s/[0-9][eE]/0/g' "$1" | grep -q '[A-Za-z]' ||
     refuse "$not: NaN or Infinity"
-  # documents, stream events of the first as read, numbers too large to be finite, and how
-  # deeply its arrays and objects nest (prereg.base.hashing.MAX_JSON_DEPTH: 100)
-  read -r docs events huge deep < <(jq -sr '[length, ([.[0] | tostream] | length),
-    ([.[0] | .. | numbers | select(. >= 1.7976931348623157e308 or . <= -1.7976931348623157e308)] | length),
-    ([.[0] | (if type == "array" or type == "object" then 1 else 0 end),
-      (paths(type == "array" or type == "object") | length + 1)] | max)]
+  # In one read: the stream events as written (a key given twice is two), the documents, the
+  # events of the first as jq keeps it (a key given twice is one), numbers too large to be
+  # finite, and how deeply arrays and objects nest (prereg.base.hashing.MAX_JSON_DEPTH: 100).
+  read -r written docs events huge deep < <(jq -nr --stream '[inputs] as $e | [fromstream($e[])] as $d
+    | [($e | length), ($d | length), ([$d[0] | tostream] | length),
+      ([$d[0] | .. | numbers | select(. >= 1.7976931348623157e308 or . <= -1.7976931348623157e308)] | length),
+      ([$d[0] | (if type == "array" or type == "object" then 1 else 0 end),
+        (paths(type == "array" or type == "object") | length + 1)] | max)]
     | @tsv' "$1" 2>/dev/null) || refuse "$not: it does not parse"
   [ "$docs" = 1 ] || refuse "$not: not one JSON document"
-  [ "$(jq -c --stream . "$1" | wc -l)" -eq "$events" ] || refuse "$not: a key given twice"
+  [ "$written" -eq "$events" ] || refuse "$not: a key given twice"
   [ "$huge" = 0 ] || refuse "$not: a number too large to be finite"
   [ "$deep" -le 100 ] || refuse "$not: it nests more than 100 levels deep"
 }
