@@ -374,6 +374,20 @@ def _rewrite_envelope(variant: Callable[[bytes], bytes]) -> Callable[[World], No
     return mutate
 
 
+def _dependencies_of_another_type(world: World) -> None:
+    """Line 1's resolvedDependencies a string: read by a verifier that expects a list, it is
+    no list to iterate."""
+
+    def change(number: int, data: bytes) -> bytes:
+        if number != 1:
+            return data
+        statement = json.loads(data)
+        statement["predicate"]["buildDefinition"]["resolvedDependencies"] = "none"
+        return json.dumps(statement).encode()
+
+    resign_statements(world, change)
+
+
 JSON_FILES: dict[str, Callable[[Callable[[bytes], bytes]], Callable[[World], None]]] = {
     "start.json": _rewrite_start,
     "the-approval-record": lambda variant: lambda world: reapprove(world, variant),
@@ -505,6 +519,8 @@ def option_cases() -> list[Case]:
              lambda w: reapprove(w, edit_record(lambda r: r.update(stage=f"$(touch {PWNED})"))),
              REFUSED, "the approval record is for stage"),
         Case("options/a-subject-named-dash", "signed", _with_file("-"), VERIFIED),
+        Case("bytes/a-statement/dependencies-of-another-type", "signed",
+             _dependencies_of_another_type, REFUSED, "names no source commit"),
         Case("bytes/start.json/nested-as-deep-as-allowed", "signed",
              _start_nested_as_deep_as_allowed, VERIFIED),
         Case("bytes/the-approval-record/nested-as-deep-as-allowed", "signed",

@@ -15,6 +15,10 @@ repo=$(cd "$1" && pwd); run=$(cd "$2" && pwd); card=$(cd "$(dirname "$3")" && pw
 id=$(basename "$run")
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 refuse() { echo "refused: $*" >&2; exit 1; }
+# A step that fails outside a check (jq on a field of another type, git on a missing object)
+# read something not as prereg writes it: refused, as prereg verify refuses it, never another
+# exit status.
+set -E; trap 'refuse "line $LINENO of verify-a-run.sh failed on what the run holds"' ERR
 # git as prereg asks it: no user or system configuration, nothing the repository's own
 # configuration names runs (hooks, another ssh program), SSH signatures checked by ssh-keygen.
 g() { GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 git --no-replace-objects -C "$repo" \
