@@ -43,9 +43,23 @@ def prereg_verify(world: corpus.World) -> tuple[int, str]:
 def script_verify(world: corpus.World) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", str(corpus.SCRIPT), *corpus.script_arguments(world)],
-        capture_output=True, text=True, env=outer_environment(), stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, env=outer_environment(**HOSTILE), stdin=subprocess.DEVNULL,
         timeout=120, check=False,
     )  # fmt: skip
+
+
+# A verifier's environment and git configuration that allow every transport, ext:: (which runs
+# a program the url names) included: neither verifier may take what they allow.
+HOSTILE = {"GIT_ALLOW_PROTOCOL": "ext:file:git:http:https:ssh"}
+
+
+@pytest.fixture
+def hostile_git(tmp_path, monkeypatch):
+    config = tmp_path / "user.gitconfig"
+    config.write_text('[protocol "ext"]\n\tallow = always\n[protocol]\n\tallow = always\n')
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    for name, value in HOSTILE.items():
+        monkeypatch.setenv(name, value)
 
 
 def sslib_verifies(world: corpus.World) -> bool:
@@ -79,7 +93,7 @@ def test_the_corpus_covers_every_class_with_sixty_cases_or_more():
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_every_verifier_reaches_the_cases_outcome(case, worlds, tmp_path):
+def test_every_verifier_reaches_the_cases_outcome(case, worlds, tmp_path, hostile_git):
     Path(corpus.PWNED).unlink(missing_ok=True)
     world = corpus.copy_world(worlds[case.world], tmp_path / "world")
     case.mutate(world)

@@ -658,6 +658,12 @@ def signature_cases() -> list[Case]:
 def evidence_cases() -> list[Case]:
     """Evidence that cannot be obtained: could not verify, never verified nor refused."""
     return [
+        # A transport that runs a program: git refuses it, whatever the verifier's environment
+        # and configuration allow (the check runs every case with both allowing it).
+        Case("evidence/a-witness-url-that-would-run-a-program", "signed",
+             lambda w: reapprove(w, edit_record(lambda r: r.update(
+                 witness={"url": f"ext::sh -c touch% {PWNED}"}))),
+             COULD_NOT, "cannot be asked"),
         Case("evidence/a-witness-that-cannot-be-asked", "signed",
              lambda w: reapprove(w, edit_record(lambda r: r.update(
                  witness={"url": str(w.toy.root.parent / "no-such-witness.git")}))),

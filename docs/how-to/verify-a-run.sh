@@ -251,8 +251,10 @@ if [ -n "$url" ]; then
   # The url comes from a record: after --, with git's own upload program named, no
   # configuration and ssh without prompts (as prereg.records.ledger asks a remote).
   case "$url" in -*) refuse "the witness url $url looks like an option";; esac
-  # A witness that cannot be asked is evidence not obtained: exit 3, as prereg verify's.
-  listed=$(GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 git -c core.sshCommand="ssh -o BatchMode=yes" \
+  # A witness that cannot be asked is evidence not obtained: exit 3, as prereg verify's. No
+  # transport that runs a program (ext::, fd::), whatever the environment allows.
+  listed=$(GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 GIT_ALLOW_PROTOCOL=file:git:http:https:ssh \
+    git -c core.sshCommand="ssh -o BatchMode=yes" \
     ls-remote --upload-pack=git-upload-pack -- "$url" "refs/prereg/runs/$id/start" 2>/dev/null) ||
     { echo "could not verify: the witness $url cannot be asked" >&2; exit 3; }
   held=$(cut -f1 <<<"$listed")
