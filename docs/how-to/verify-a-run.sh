@@ -222,8 +222,6 @@ signed_by "$C" "$C^" || refuse "the approval commit $C is not signed by an appro
 [ "$(g diff-tree --no-commit-id --name-status -r --no-renames "$C^" "$C")" = "$(printf 'A\t%s' "$record")" ] ||
   refuse "the approval commit does more than add $record"
 rsha=$(g show "$C:$record" | sha)
-dep() { jq -r --arg n "$1" '.predicate.buildDefinition.resolvedDependencies[] | select(.name == $n) | .digest.sha256' "$s1"; }
-[ "$(dep "$record")" = "$rsha" ] || refuse "the attested approval record is not $record at C"
 [ "$(sha < "$run/approval.json")" = "$rsha" ] || refuse "approval.json is not the record at C"
 doc "$run/start.json" "$id/start.json"
 g show "$C:$record" > "$tmp/record"; doc "$tmp/record" "$record at C"
@@ -232,15 +230,22 @@ judge "$NEED need(keys - [\"format\", \"stage\", \"run_id\", \"plan\", \"baselin
   \"seed_namespace\", \"environment\", \"deviations\", \"requires\", \"inputs\", \"approved_at\",
   \"approved_by\", \"extensions\", \"environment_lock\", \"witness\", \"timestamp\", \"rehearsals\",
   \"amendment\"] == []; \"$record at C holds a field prereg does not write\")" "$tmp/record"
-[ "$(jq -r .approval_sha256 "$run/start.json")" = "$rsha" ] && [ "$(jq -r .source_commit "$run/start.json")" = "$C" ] ||
-  refuse "start.json names another approval or commit"
-[ "$(jq -r .run_id "$tmp/record")" = "$id" ] || refuse "the record is for another run"
-stage=$(jq -r .predicate.buildDefinition.externalParameters.stage "$s1")
-[ "$(jq -r .stage "$tmp/record")" = "$stage" ] && [ "$(jq -r .stage "$run/start.json")" = "$stage" ] || refuse "another stage"
-[ "$(jq -r .source_anchor "$tmp/record")" = "$(g rev-parse "$C^")" ] || refuse "source_anchor is not C's parent"
-plan=$(jq -r .plan.path "$tmp/record"); psha=$(jq -r .plan.sha256 "$tmp/record")
-[ "$(g show "$C:$plan" | sha)" = "$psha" ] && [ "$(dep "$plan")" = "$psha" ] || refuse "the plan at C is not the plan approved"
-[ "$(jq -r --arg p "$plan" '.plans[$p]' "$card")" = "$psha" ] || refuse "the plan is not the plan the card registers"
+# The record against the statement (a dependency's digest: the first of its name, as prereg
+# reads it), start.json, C and the card, in one jq program.
+plan=$(jq -r '.plan.path | strings' "$tmp/record")
+judge --arg id "$id" --arg c "$C" --arg rsha "$rsha" --arg parent "$(g rev-parse "$C^")" \
+  --arg at_c "$( (g show "$C:$plan" 2>/dev/null || true) | sha)" --slurpfile s1 "$s1" \
+  --slurpfile start "$run/start.json" --slurpfile card "$card" "$NEED
+  \$s1[0].predicate.buildDefinition as \$b | \$start[0] as \$st | \$b.externalParameters.stage as \$stage |
+  def dep(\$n): [\$b.resolvedDependencies[] | select(.name == \$n)][0].digest.sha256;
+  need(dep(\"$record\") == \$rsha; \"the attested approval record is not $record at C\"),
+  need(\$st.approval_sha256 == \$rsha and \$st.source_commit == \$c; \"start.json names another approval or commit\"),
+  need(.run_id == \$id; \"the record is for another run\"),
+  need(.stage == \$stage and \$st.stage == \$stage; \"another stage\"),
+  need(.source_anchor == \$parent; \"source_anchor is not C's parent\"),
+  need(.plan.sha256 == \$at_c and dep(.plan.path) == .plan.sha256; \"the plan at C is not the plan approved\"),
+  need(\$card[0].plans[.plan.path | strings] == .plan.sha256; \"the plan is not the plan the card registers\")" \
+  "$tmp/record"
 
 # 8. The witness the signed record names (the card's, when it registers one) holds this
 #    start record: not another (a rerun), not none (it was skipped).
@@ -319,12 +324,14 @@ if [ "${4:-}" = --require-audit ]; then
   [ "$(g diff-tree --no-commit-id --name-status -r --no-renames "$A^" "$A")" = "$(printf 'A\t%s' "$vsa")" ] ||
     refuse "the audit commit does more than add $vsa"
   g show "$A:$vsa" > "$tmp/vsa"; doc "$tmp/vsa" "$vsa"
-  [ "$(jq -r .predicateType "$tmp/vsa")" = https://slsa.dev/verification_summary/v1 ] || refuse "not a verification summary"
-  [ "$(jq -r '.predicate.inputAttestations[0].digest.sha256' "$tmp/vsa")" = "$(sha < "$att")" ] ||
-    refuse "the signed audit summarises another attestation"
-  case "$(jq -r .predicate.resourceUri "$tmp/vsa")" in */runs/"$id") ;; *) refuse "the signed audit is of another run" ;; esac
-  [ "$(jq -r .predicate.verificationResult "$tmp/vsa")" = PASSED ] || refuse "the auditor did not pass the run"
-  jq -e '.predicate.verifiedLevels | arrays | index("PREREG_REPLAYED") or index("PREREG_KIND_HAS_NO_REPLAY")' \
-    "$tmp/vsa" > /dev/null || refuse "the signed audit did not replay the stage (hashes only)"
+  judge --arg attested "$(sha < "$att")" --arg id "$id" "$NEED
+    need(.predicateType == \"https://slsa.dev/verification_summary/v1\"; \"not a verification summary\"),
+    need(.predicate.inputAttestations[0].digest.sha256 == \$attested;
+      \"the signed audit summarises another attestation\"),
+    need(.predicate.resourceUri | tostring | endswith(\"/runs/\" + \$id); \"the signed audit is of another run\"),
+    need(.predicate.verificationResult == \"PASSED\"; \"the auditor did not pass the run\"),
+    need(.predicate.verifiedLevels | type == \"array\" and
+      any(.[]; . == \"PREREG_REPLAYED\" or . == \"PREREG_KIND_HAS_NO_REPLAY\");
+      \"the signed audit did not replay the stage (hashes only)\")" "$tmp/vsa"
 fi
 echo "verified: $id"
