@@ -344,6 +344,13 @@ def _record_nested_as_deep_as_allowed(world: World) -> None:
     )
 
 
+def _lock_count_as_text(record: dict) -> None:
+    """The first locked distribution's file count as a string."""
+    distributions = record["environment_lock"]["distributions"]
+    first = distributions[min(distributions)]
+    first["files"] = str(first["files"])
+
+
 def _rewrite_start(variant: Callable[[bytes], bytes]) -> Callable[[World], None]:
     def mutate(world: World) -> None:
         path = world.run.start
@@ -527,6 +534,12 @@ def option_cases() -> list[Case]:
              _record_nested_as_deep_as_allowed, VERIFIED),
         Case("bytes/the-approval-record/a-field-prereg-does-not-write", "signed",
              lambda w: reapprove(w, edit_record(lambda r: r.update(note="added by hand"))),
+             REFUSED, "is not a valid Approval record"),
+        Case("bytes/the-approval-record/a-part-of-another-shape", "signed",
+             lambda w: reapprove(w, edit_record(lambda r: r["plan"].update(plan_id=7))),
+             REFUSED, "is not a valid Approval record"),
+        Case("bytes/the-approval-record/a-lock-count-of-another-type", "signed",
+             lambda w: reapprove(w, edit_record(_lock_count_as_text)),
              REFUSED, "is not a valid Approval record"),
         Case("bytes/the-card/a-field-prereg-does-not-write", "full",
              _rewrite_card(lambda d: json.dumps({**json.loads(d), "note": "added"}).encode()),

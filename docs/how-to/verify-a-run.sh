@@ -230,6 +230,32 @@ judge "$NEED need(keys - [\"format\", \"stage\", \"run_id\", \"plan\", \"baselin
   \"seed_namespace\", \"environment\", \"deviations\", \"requires\", \"inputs\", \"approved_at\",
   \"approved_by\", \"extensions\", \"environment_lock\", \"witness\", \"timestamp\", \"rehearsals\",
   \"amendment\"] == []; \"$record at C holds a field prereg does not write\")" "$tmp/record"
+# ...each of the shape prereg writes it (prereg.records.formats.Approval and its parts).
+judge "$NEED def str: type == \"string\";
+  def closed(\$need; \$may): type == \"object\" and (\$need - keys) == [] and (keys - \$need - \$may) == [];
+  def strings(\$ks): all(\$ks[] as \$k | .[\$k]; str);
+  def map_of(f): type == \"object\" and all(.[]; f);
+  def maybe(\$k; f): (has(\$k) | not) or (.[\$k] | f);
+  need(strings([\"format\", \"stage\", \"run_id\", \"source_anchor\", \"approved_at\", \"approved_by\"])
+    and (.plan | closed([\"path\", \"sha256\", \"plan_id\"]; []) and strings([\"path\", \"sha256\", \"plan_id\"]))
+    and (.baseline | closed([\"path\", \"sha256\"]; []) and strings([\"path\", \"sha256\"]))
+    and (.seed_namespace | str or . == null) and (.environment | type == \"object\")
+    and (.deviations | type == \"array\")
+    and (.requires | map_of(closed([\"run_id\", \"manifest_sha256\"]; []) and strings([\"run_id\", \"manifest_sha256\"])))
+    and (.inputs | map_of(closed([\"path\", \"kind\", \"sha256\", \"commit\"]; []) and strings([\"path\", \"kind\"])
+      and all(.sha256, .commit; str or . == null)))
+    and maybe(\"extensions\"; type == \"object\")
+    and maybe(\"environment_lock\"; closed([\"python\", \"distributions\"]; [])
+      and (.python | closed([\"executable\", \"executable_sha256\", \"version\", \"implementation\", \"prefix\",
+        \"base_prefix\"]; [\"sitecustomize_sha256\", \"usercustomize_sha256\"]) and all(.[]; str))
+      and (.distributions | map_of(closed([\"version\", \"record_sha256\", \"files\"]; [\"entries\"])
+        and strings([\"version\", \"record_sha256\"]) and (.files | type == \"number\" and . == floor)
+        and maybe(\"entries\"; map_of(str)))))
+    and maybe(\"witness\"; closed([\"url\"]; []) and strings([\"url\"]))
+    and maybe(\"timestamp\"; closed([\"url\", \"token\"]; []) and strings([\"url\", \"token\"]))
+    and maybe(\"rehearsals\"; type == \"array\" and all(.[]; type == \"object\"))
+    and maybe(\"amendment\"; type == \"object\");
+    \"$record at C is not an approval record as prereg writes it (a part of another shape)\")" "$tmp/record"
 # The record against the statement (a dependency's digest: the first of its name, as prereg
 # reads it), start.json, C and the card, in one jq program.
 plan=$(jq -r '.plan.path | strings' "$tmp/record")
