@@ -46,7 +46,7 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -93,7 +93,6 @@ class Case:
     outcome: str  # VERIFIED, REFUSED or COULD_NOT
     reason: str = ""  # a fragment of prereg verify's reasons when refused
     signatures_hold: bool | None = None  # what securesystemslib's DSSE says, where it matters
-    why: str = field(default="", compare=False)
 
 
 # -- what the holders of keys can do ----------------------------------------------------------

@@ -12,7 +12,6 @@ does.
 
 from __future__ import annotations
 
-import functools
 import getpass
 import json
 import re
@@ -86,10 +85,7 @@ class Approval:
     path: Path
     sha256: str
     data: dict
-
-    @functools.cached_property
-    def record(self) -> formats.Approval:
-        return parse_as(formats.Approval, self.data, path="")
+    record: formats.Approval
 
     @property
     def run_id(self) -> str:
@@ -108,17 +104,17 @@ def approval_path(root: Path, run_id: str) -> Path:
 def load_approval(path: Path) -> Approval:
     data = read_json(path, what="approval record")
     try:
-        parse_as(formats.Approval, data, path="")
+        record = parse_as(formats.Approval, data, path="")
     except SettingsError as err:
         raise ValueError(f"{path}: {err}") from None
-    if data["format"] != FORMAT:
-        raise ValueError(f"{path}: format {data['format']!r} is not {FORMAT!r}")
-    if not valid_run_id(data["run_id"]) or Path(path).stem != data["run_id"]:
+    if record.format != FORMAT:
+        raise ValueError(f"{path}: format {record.format!r} is not {FORMAT!r}")
+    if not valid_run_id(record.run_id) or Path(path).stem != record.run_id:
         raise ValueError(
-            f"{path}: field run_id is {data['run_id']!r}; a record is named after its run id "
+            f"{path}: field run_id is {record.run_id!r}; a record is named after its run id "
             f"({approval_record('<stage>-YYYYMMDD-NNN')}): approve again with prereg approve"
         )
-    return Approval(path=Path(path), sha256=sha256_file(path), data=data)
+    return Approval(path=Path(path), sha256=sha256_file(path), data=data, record=record)
 
 
 def list_approvals(root: Path) -> list[Approval]:
@@ -228,15 +224,12 @@ def spent_approvals(root: Path, stage: str, known: set[str]) -> list[Approval]:
                 ledger.read(root, ledger.start_ref(run_id)) or b"{}", Start, run_id
             ).value
             data = gitrepo.show_bytes(root, start.source_commit, approval_record(run_id))
-            record = documents.loads(data, approval_record(run_id))
-            parse_as(formats.Approval, record, path="")
+            value = documents.loads(data, approval_record(run_id))
+            record = parse_as(formats.Approval, value, path="")
         except (gitrepo.GitError, ValueError, KeyError, TypeError):
             continue  # the audit of that run names what is wrong with its records
-        found.append(
-            Approval(
-                path=Path(root, approval_record(run_id)), sha256=sha256_bytes(data), data=record
-            )
-        )
+        path = Path(root, approval_record(run_id))
+        found.append(Approval(path=path, sha256=sha256_bytes(data), data=value, record=record))
     return found
 
 

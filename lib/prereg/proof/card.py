@@ -17,10 +17,11 @@ import hashlib
 from pathlib import Path
 
 from prereg.base import gitrepo
+from prereg.base.typed_settings import SettingsError, parse_as
 from prereg.proof.commits import role_problems, roles_at
 from prereg.proof.keys import role_path
 from prereg.proof.statement import repository_id
-from prereg.records import APPROVALS_DIR, documents, formats
+from prereg.records import APPROVALS_DIR, documents
 from prereg.records.formats import Card
 
 FORMAT = "prereg-registration/1"
@@ -87,11 +88,14 @@ def load(path: Path) -> Card:
         raise CardProblem(f"the card {path} cannot be read: {err}") from None
     try:
         value = documents.loads(data, f"the card {path}")
-        if not isinstance(value, dict) or value.get("format") != FORMAT:
-            raise NotACard(f"{path} is not a registration card (format {FORMAT})")
-        card = formats.loads(data, Card, f"the card {path}").value
-    except (documents.NotJson, formats.NotARecord) as err:
+    except documents.NotJson as err:
         raise NotACard(str(err)) from None
+    if not isinstance(value, dict) or value.get("format") != FORMAT:
+        raise NotACard(f"{path} is not a registration card (format {FORMAT})")
+    try:
+        card = parse_as(Card, value, path="")
+    except SettingsError as err:
+        raise NotACard(f"the card {path} is not a valid Card record: {err}") from None
     if card.timestamp_authority and not card.timestamp_authority.roots:
         raise NotACard(f"the card {path} names a timestamp authority with no root certificate")
     return card

@@ -281,14 +281,10 @@ class Statement:
 
 
 @dataclass(frozen=True)
-class Provenance:
+class Provenance(Statement):
     """Line 1 of an attestation: a Statement v1 with the SLSA Provenance v1 predicate."""
 
-    type: str = named("_type")
-    subject: tuple[dict[str, Any], ...] = ()
-    predicate_type: str = named("predicateType", default="")
     predicate: ProvenancePredicate = ABSENT
-    other: dict[str, Any] = rest()
 
 
 @dataclass(frozen=True)
