@@ -108,3 +108,17 @@ def test_every_verifier_reaches_the_cases_outcome(case, worlds, tmp_path, hostil
     if case.signatures_hold is not None:
         assert sslib_verifies(world) is case.signatures_hold
     assert not Path(corpus.PWNED).exists(), "a string a verifier read ran a program"
+
+
+def test_the_plain_commands_verify_the_folders_named_whatever_cdpath_says(worlds, tmp_path):
+    """Relative arguments, and CDPATH in the reviewer's environment naming a folder that holds
+    another runs/<run-id>: the plain commands read the folders named here, not the decoy."""
+    world = corpus.copy_world(worlds["signed"], tmp_path / "world")
+    decoy = tmp_path / "decoy"
+    (decoy / "runs" / corpus.RUN).mkdir(parents=True)
+    done = subprocess.run(
+        ["bash", str(corpus.SCRIPT), ".", f"runs/{corpus.RUN}", "../card.json"],
+        capture_output=True, text=True, cwd=world.toy.root, stdin=subprocess.DEVNULL,
+        env=outer_environment(CDPATH=str(decoy)), timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and f"verified: {corpus.RUN}" in done.stdout, done.stderr

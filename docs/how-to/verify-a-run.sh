@@ -11,6 +11,7 @@
 # The same checks as `prereg verify` (docs/how-to/verify-a-run.md), which the conformance
 # corpus (checks/support/corpus.py) holds to the same outcome.
 set -euo pipefail
+unset CDPATH  # a relative path names a folder here, never one CDPATH finds elsewhere
 repo=$(cd "$1" && pwd); run=$(cd "$2" && pwd); card=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")
 id=$(basename "$run")
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
