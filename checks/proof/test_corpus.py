@@ -110,6 +110,25 @@ def test_every_verifier_reaches_the_cases_outcome(case, worlds, tmp_path, hostil
     assert not Path(corpus.PWNED).exists(), "a string a verifier read ran a program"
 
 
+def test_both_verifiers_read_the_repository_named_whatever_git_variables_say(
+    worlds, tmp_path, monkeypatch
+):
+    """GIT_DIR and GIT_WORK_TREE left in the reviewer's environment name another repository:
+    both verifiers read the repository they are given."""
+    world = corpus.copy_world(worlds["signed"], tmp_path / "world")
+    other = corpus.copy_world(worlds["full"], tmp_path / "other")
+    elsewhere = {"GIT_DIR": str(other.toy.root / ".git"), "GIT_WORK_TREE": str(other.toy.root)}
+    for name, value in elsewhere.items():
+        monkeypatch.setenv(name, value)
+    assert prereg_verify(world)[0] == 0
+    done = subprocess.run(
+        ["bash", str(corpus.SCRIPT), *corpus.script_arguments(world)],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        env=outer_environment(**elsewhere), timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_plain_commands_verify_the_folders_named_whatever_cdpath_says(worlds, tmp_path):
     """Relative arguments, and CDPATH in the reviewer's environment naming a folder that holds
     another runs/<run-id>: the plain commands read the folders named here, not the decoy."""

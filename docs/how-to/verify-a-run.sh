@@ -12,6 +12,8 @@
 # corpus (checks/support/corpus.py) holds to the same outcome.
 set -euo pipefail
 unset CDPATH  # a relative path names a folder here, never one CDPATH finds elsewhere
+# No GIT_* variable of the environment (GIT_DIR would name another repository), as prereg asks.
+for name in $(compgen -e | grep '^GIT_' || true); do unset "$name"; done
 repo=$(cd "$1" && pwd); run=$(cd "$2" && pwd); card=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")
 id=$(basename "$run")
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
